@@ -1,0 +1,39 @@
+# Two entry points: `make run` (local 3-node cluster) and `make test` (whole suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint format bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -e '.[dev,spark]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/laminar dev
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(STAMP)
+	$(BIN)/python bench/segment_bench.py --quick
+	$(BIN)/python bench/raft_bench.py --quick
+	$(BIN)/python bench/produce_bench.py --quick
+
+clean:
+	rm -rf $(VENV) .laminar

@@ -1,0 +1,1 @@
+"""laminar: a distributed, partitioned, Raft-replicated, immutable log."""

@@ -1,0 +1,112 @@
+"""Typed errors shared by the node, the client and the storage engine.
+
+Every error a client or peer can cause has a stable numeric ``code`` so it can cross the wire
+as a typed reply and be re-raised as the same class on the other side.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class LaminarError(Exception):
+    """Base of every laminar error; ``code`` identifies the class on the wire."""
+
+    code: ClassVar[int] = 1
+
+
+class CorruptBatchError(LaminarError):
+    """A record batch failed its length or crc32c check, or is malformed."""
+
+    code = 2
+
+
+class BatchTooLargeError(LaminarError):
+    """A record batch is larger than the configured maximum."""
+
+    code = 3
+
+
+class OffsetOutOfRangeError(LaminarError):
+    """An offset is outside [start, end] of a partition log."""
+
+    code = 4
+
+    def __init__(self, offset: int, start: int, end: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{start}, {end}]")
+        self.offset = offset
+        self.start = start
+        self.end = end
+
+
+class UnknownTopicError(LaminarError):
+    code = 5
+
+
+class UnknownPartitionError(LaminarError):
+    code = 6
+
+
+class NotLeaderError(LaminarError):
+    """This replica is not the leader; ``leader_id``/``leader_address`` name the known one."""
+
+    code = 7
+
+    def __init__(
+        self, message: str = "not the leader", leader_id: int = 0, leader_address: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.leader_id = leader_id
+        self.leader_address = leader_address
+
+
+class RequestTimeoutError(LaminarError):
+    code = 8
+
+
+class TopicExistsError(LaminarError):
+    code = 9
+
+
+class InvalidRequestError(LaminarError):
+    """A request is well-framed but asks for something invalid (bad argument)."""
+
+    code = 10
+
+
+class CorruptLogError(LaminarError):
+    """Stored data failed verification where it cannot be repaired (a sealed segment)."""
+
+    code = 11
+
+
+class NotEnoughReplicasError(LaminarError):
+    """Too few live nodes to place or acknowledge the requested replication factor."""
+
+    code = 12
+
+
+class ProtocolError(LaminarError):
+    """A frame or message could not be decoded; the connection that sent it is closed."""
+
+    code = 13
+
+
+ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
+    cls.code: cls
+    for cls in (
+        LaminarError,
+        CorruptBatchError,
+        BatchTooLargeError,
+        OffsetOutOfRangeError,
+        UnknownTopicError,
+        UnknownPartitionError,
+        NotLeaderError,
+        RequestTimeoutError,
+        TopicExistsError,
+        InvalidRequestError,
+        CorruptLogError,
+        NotEnoughReplicasError,
+        ProtocolError,
+    )
+}
