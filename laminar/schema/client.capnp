@@ -1,0 +1,200 @@
+@0xbb5f3b4139000a7c;
+# laminar client protocol, version 1.
+#
+# Every message travels in one laminar frame (see laminar/framing.py): the 16-byte header, this
+# Cap'n Proto message (unpacked), then a raw payload. Record batches are never inside the Cap'n
+# Proto message: a message names them by (payloadOffset, payloadLength) into the frame payload.
+# Frame kind 1 carries a Request, kind 2 a Response. A client may pipeline requests; responses
+# carry the request's correlationId and may come back in any order.
+
+struct Error {
+  # code 0 means success; other codes are the classes in laminar/errors.py.
+  code @0 :UInt16;
+  message @1 :Text;
+  leaderId @2 :UInt32;        # NotLeader: the known leader (0 = unknown)
+  leaderAddress @3 :Text;     # NotLeader: its client address host:port
+  logStart @4 :Int64;         # OffsetOutOfRange: the log's start offset
+  logEnd @5 :Int64;           # OffsetOutOfRange: the log's end offset
+}
+
+struct Request {
+  correlationId @0 :UInt64;
+  apiVersion @1 :UInt16;      # 1
+  body :union {
+    metadata @2 :MetadataRequest;
+    createTopic @3 :TopicSpec;
+    deleteTopic @4 :Text;
+    produce @5 :ProduceRequest;
+    fetch @6 :FetchRequest;
+    listOffsets @7 :ListOffsetsRequest;
+    clusterStatus @8 :Void;
+  }
+}
+
+struct Response {
+  correlationId @0 :UInt64;
+  error @1 :Error;            # request-level error; per-partition errors sit in the body
+  body :union {
+    none @2 :Void;
+    metadata @3 :Metadata;
+    topic @4 :TopicInfo;
+    produce @5 :ProduceResponse;
+    fetch @6 :FetchResponse;
+    listOffsets @7 :ListOffsetsResponse;
+    clusterStatus @8 :ClusterStatus;
+  }
+}
+
+struct MetadataRequest {
+  topics @0 :List(Text);      # empty: every topic
+}
+
+struct TopicSpec {
+  name @0 :Text;
+  partitions @1 :UInt32;
+  replicationFactor @2 :UInt16;
+  segmentBytes @3 :Int64;     # 0: node default
+  segmentMs @4 :Int64;        # 0: node default
+  retentionMs @5 :Int64;      # 0: node default, -1: keep forever
+  retentionBytes @6 :Int64;   # 0: no size limit
+}
+
+struct Broker {
+  nodeId @0 :UInt32;
+  address @1 :Text;           # client address host:port
+}
+
+struct PartitionInfo {
+  partition @0 :UInt32;
+  leader @1 :UInt32;          # 0: no leader known
+  replicas @2 :List(UInt32);
+}
+
+struct TopicInfo {
+  spec @0 :TopicSpec;
+  topicId @1 :UInt32;
+  partitions @2 :List(PartitionInfo);
+}
+
+struct Metadata {
+  brokers @0 :List(Broker);
+  topics @1 :List(TopicInfo);
+  metadataLeader @2 :UInt32;
+  missing @3 :List(Text);     # requested topics that do not exist
+}
+
+struct ProduceRequest {
+  acks @0 :Int8;              # -1 all (majority on disk), 1 leader (written), 0 none
+  timeoutMs @1 :UInt32;
+  batches @2 :List(BatchRef);
+}
+
+struct BatchRef {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  payloadOffset @2 :UInt32;
+  payloadLength @3 :UInt32;
+}
+
+struct ProduceResult {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  error @2 :Error;
+  baseOffset @3 :Int64;
+  lastOffset @4 :Int64;
+}
+
+struct ProduceResponse {
+  results @0 :List(ProduceResult);
+}
+
+struct FetchPartition {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  offset @2 :Int64;
+  maxBytes @3 :UInt32;
+}
+
+struct FetchRequest {
+  maxWaitMs @0 :UInt32;       # long poll: wait up to this long for data past each offset
+  minBytes @1 :UInt32;
+  maxBytes @2 :UInt32;
+  partitions @3 :List(FetchPartition);
+}
+
+struct FetchResult {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  error @2 :Error;
+  highWatermark @3 :Int64;    # committed end: offsets below it are readable
+  logStart @4 :Int64;
+  payloadOffset @5 :UInt32;   # whole record batches in the frame payload
+  payloadLength @6 :UInt32;
+}
+
+struct FetchResponse {
+  results @0 :List(FetchResult);
+}
+
+struct OffsetQuery {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  timestamp @2 :Int64;        # -2 earliest, -1 latest (committed end), else ms since epoch
+}
+
+struct ListOffsetsRequest {
+  queries @0 :List(OffsetQuery);
+}
+
+struct OffsetAnswer {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  error @2 :Error;
+  offset @3 :Int64;           # -1: no record at or after the timestamp
+}
+
+struct ListOffsetsResponse {
+  answers @0 :List(OffsetAnswer);
+}
+
+struct MemberStatus {
+  nodeId @0 :UInt32;
+  address @1 :Text;
+  state @2 :Text;             # alive, suspect, dead, left
+  incarnation @3 :UInt64;
+  metadataVoter @4 :Bool;
+  replicas @5 :UInt32;
+  leaders @6 :UInt32;
+}
+
+struct ReplicaStatus {
+  nodeId @0 :UInt32;
+  matchOffset @1 :Int64;      # last offset known replicated (-1 none)
+  lag @2 :Int64;              # leader's end offset minus replica's end
+}
+
+struct PartitionStatus {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  leader @2 :UInt32;
+  term @3 :UInt64;
+  startOffset @4 :Int64;
+  highWatermark @5 :Int64;
+  endOffset @6 :Int64;
+  replicas @7 :List(ReplicaStatus);
+}
+
+struct Move {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  fromNode @2 :UInt32;
+  toNode @3 :UInt32;
+  stage @4 :Text;
+}
+
+struct ClusterStatus {
+  members @0 :List(MemberStatus);
+  partitions @1 :List(PartitionStatus);
+  metadataLeader @2 :UInt32;
+  moves @3 :List(Move);
+}
