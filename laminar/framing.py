@@ -44,16 +44,24 @@ class FrameHeader(NamedTuple):
         return self.message_len + self.payload_len
 
 
-def encode_frame(kind: int, message: bytes, payload: bytes | memoryview = b"") -> list[bytes]:
+Buffer = bytes | bytearray | memoryview
+
+
+def encode_frame(kind: int, message: bytes, payload: Buffer = b"") -> list[Buffer]:
     """Return the frame as buffers to write in order (header, message, payload)."""
+    return encode_frame_parts(kind, message, [payload] if payload else [])
+
+
+def encode_frame_parts(kind: int, message: bytes, payload_parts: list[Buffer]) -> list[Buffer]:
+    """Like encode_frame with the payload given as several buffers (written without a join)."""
     if len(message) % 8:
         raise ValueError("a Cap'n Proto message is always a multiple of 8 bytes")
-    prefix = struct.pack("<HBBII", MAGIC, VERSION, kind, len(message), len(payload))
-    crc = crc32c.crc32c(payload, crc32c.crc32c(message, crc32c.crc32c(prefix)))
-    parts = [prefix + struct.pack("<I", crc), message]
-    if payload:
-        parts.append(payload)  # type: ignore[arg-type]
-    return parts
+    total = sum(len(part) for part in payload_parts)
+    prefix = struct.pack("<HBBII", MAGIC, VERSION, kind, len(message), total)
+    crc = crc32c.crc32c(message, crc32c.crc32c(prefix))
+    for part in payload_parts:
+        crc = crc32c.crc32c(part, crc)
+    return [prefix + struct.pack("<I", crc), message, *payload_parts]
 
 
 def parse_header(buf: bytes | bytearray | memoryview) -> FrameHeader:

@@ -12,7 +12,14 @@ from collections.abc import Callable
 import structlog
 
 from laminar.errors import ProtocolError
-from laminar.framing import HEADER_SIZE, encode_frame, parse_header, verify_body
+from laminar.framing import (
+    HEADER_SIZE,
+    Buffer,
+    encode_frame,
+    encode_frame_parts,
+    parse_header,
+    verify_body,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -84,26 +91,17 @@ class FramedProtocol(asyncio.Protocol):
         self._wake_writers()
 
     # API ---------------------------------------------------------------------------------
-    def send(self, kind: int, message: bytes, payload: bytes | memoryview = b"") -> None:
+    def send(self, kind: int, message: bytes, payload: Buffer = b"") -> None:
         """Queue one frame for writing; never blocks (use ``drain`` for back-pressure)."""
         if self.closed or self._transport is None:
             raise ConnectionError("connection is closed")
         self._transport.writelines(encode_frame(kind, message, payload))
 
-    def send_parts(self, kind: int, message: bytes, payload_parts: list[memoryview]) -> None:
-        """Like send, with the payload given as several buffers (no join copy for the socket)."""
+    def send_parts(self, kind: int, message: bytes, payload_parts: list[Buffer]) -> None:
+        """Like send, with the payload given as several buffers (no join copy)."""
         if self.closed or self._transport is None:
             raise ConnectionError("connection is closed")
-        import crc32c  # local: only the peer path needs it
-
-        from laminar.framing import HEADER, MAGIC, VERSION
-
-        total = sum(len(part) for part in payload_parts)
-        prefix = HEADER.pack(MAGIC, VERSION, kind, len(message), total, 0)[:12]
-        crc = crc32c.crc32c(message, crc32c.crc32c(prefix))
-        for part in payload_parts:
-            crc = crc32c.crc32c(part, crc)
-        self._transport.writelines([prefix + crc.to_bytes(4, "little"), message, *payload_parts])
+        self._transport.writelines(encode_frame_parts(kind, message, payload_parts))
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""
