@@ -9,6 +9,7 @@ struct Hello {
   nodeId @0 :UInt32;
   clusterId @1 :Text;
   address @2 :Text;           # the sender's peer address host:port
+  clientAddress @3 :Text;     # the sender's client address host:port
 }
 
 struct EntryHeader {

@@ -1,0 +1,60 @@
+"""Node configuration: what `laminar node start` parses and the daemon runs with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from laminar.transport import split_address
+
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(slots=True)
+class NodeConfig:
+    node_id: int
+    data_dir: Path
+    listen: str = "127.0.0.1:9092"
+    """Client address host:port."""
+    peer_listen: str = ""
+    """Node-to-node TCP (Raft) and UDP (gossip) address; default: client port + 1."""
+    peers: dict[int, str] = field(default_factory=dict)
+    """Initial cluster: node id -> peer address (this node included or not)."""
+    join: list[str] = field(default_factory=list)
+    """Peer addresses of running nodes to join through (gossip seeds)."""
+    cluster_id: str = "laminar"
+    metadata_replicas: int = 3
+    tick_ms: int = 50
+    election_ticks: int = 10
+    flush_interval_ms: int = 2
+    retention_check_ms: int = 60_000
+    default_segment_bytes: int = 64 * 1024 * 1024
+    default_segment_ms: int = 7 * DAY_MS
+    default_retention_ms: int = 7 * DAY_MS
+    max_batch_bytes: int = 4 * 1024 * 1024
+    node_dead_after_ms: int = 30_000
+    max_concurrent_moves: int = 2
+    log_format: str = "console"
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        split_address(self.listen)
+        if not self.peer_listen:
+            host, port = split_address(self.listen)
+            self.peer_listen = f"{host}:{port + 1}"
+        split_address(self.peer_listen)
+        for address in [*self.peers.values(), *self.join]:
+            split_address(address)
+
+
+def parse_peers(text: str) -> dict[int, str]:
+    """'1=host:port,2=host:port' -> {1: 'host:port', 2: 'host:port'}; ValueError if malformed."""
+    peers: dict[int, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, address = item.partition("=")
+        if not sep or not node.strip().isdigit():
+            raise ValueError(f"peer {item!r} is not ID=host:port")
+        split_address(address.strip())
+        peers[int(node)] = address.strip()
+    return peers
