@@ -1,0 +1,307 @@
+"""The record batch: the unit that is produced, stamped, stored, replicated and fetched.
+
+The layout is documented byte by byte in docs/FORMAT.md. The producer builds the batch and its
+crc32c; the node only checks the crc and stamps ``base_offset`` and ``term`` (bytes 0..15, outside
+the crc), so the same bytes travel from producer to disk to followers to consumers.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import crc32c
+
+from laminar.errors import BatchTooLargeError, CorruptBatchError
+from laminar.segment import varint
+
+HEADER_SIZE = 68
+MAGIC = 1
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_CONTROL = 1 << 5
+CRC_START = 24
+# The smallest possible record: length, attributes, ts delta, offset delta, key len, value len,
+# header count, one byte each.
+MIN_RECORD_SIZE = 7
+
+_HEADER = struct.Struct("<qqiIBBHiqqqhHii")
+_STAMP = struct.Struct("<qq")
+_CRC = struct.Struct("<I")
+_TAIL = struct.Struct("<BBHiqqqhHii")  # bytes 24..67, written after the records
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+assert _HEADER.size == HEADER_SIZE
+
+
+class BatchHeader(NamedTuple):
+    """The fixed 68-byte header of a batch (reserved fields are checked, not kept)."""
+
+    base_offset: int
+    term: int
+    batch_length: int
+    crc: int
+    magic: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+
+@dataclass(slots=True, frozen=True)
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+RecordInput = tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]
+
+
+def build_batch(
+    records: Sequence[RecordInput],
+    *,
+    control: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """Encode ``(key, value, headers, timestamp_ms)`` records as one batch with its crc.
+
+    base_offset and term are written as 0: the node stamps them.
+    """
+    if not records:
+        raise ValueError("a batch holds at least one record")
+    enc = varint.encode
+    table = varint._TABLE
+    first_ts = records[0][3]
+    max_ts = first_ts
+    out = bytearray(HEADER_SIZE)
+    for delta, (key, value, headers, ts) in enumerate(records):
+        if ts > max_ts:
+            max_ts = ts
+        tsd = ts - first_ts
+        tsd_b = table[tsd + 1] if -1 <= tsd < 16384 else enc(tsd)
+        od_b = table[delta + 1] if delta < 16384 else enc(delta)
+        if key is None:
+            klen_b = b"\x01"
+            klen = 0
+        else:
+            klen = len(key)
+            klen_b = table[klen + 1] if klen < 16384 else enc(klen)
+        if value is None:
+            vlen_b = b"\x01"
+            vlen = 0
+        else:
+            vlen = len(value)
+            vlen_b = table[vlen + 1] if vlen < 16384 else enc(vlen)
+        if headers:
+            hbuf = bytearray(enc(len(headers)))
+            for hkey, hval in headers:
+                hk = hkey.encode()
+                hbuf += enc(len(hk))
+                hbuf += hk
+                if hval is None:
+                    hbuf += b"\x01"
+                else:
+                    hbuf += enc(len(hval))
+                    hbuf += hval
+        else:
+            hbuf = b"\x00"
+        body_len = 1 + len(tsd_b) + len(od_b) + len(klen_b) + klen + len(vlen_b) + vlen + len(hbuf)
+        out += table[body_len + 1] if body_len < 16384 else enc(body_len)
+        out += b"\x00"
+        out += tsd_b
+        out += od_b
+        out += klen_b
+        if key:
+            out += key
+        out += vlen_b
+        if value:
+            out += value
+        out += hbuf
+    count = len(records)
+    attributes = ATTR_CONTROL if control else 0
+    total = len(out)
+    _STAMP.pack_into(out, 0, 0, 0)
+    struct.pack_into("<i", out, 16, total)
+    _TAIL.pack_into(
+        out,
+        CRC_START,
+        MAGIC,
+        0,
+        attributes,
+        count - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        0,
+        base_sequence,
+        count,
+    )
+    _CRC.pack_into(out, 20, crc32c.crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
+
+
+def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos`` (no crc check); raises CorruptBatchError if it is unusable."""
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptBatchError(f"{len(buf) - pos} bytes is shorter than a batch header")
+    f = _HEADER.unpack_from(buf, pos)
+    if f[2] < HEADER_SIZE:
+        raise CorruptBatchError(f"batch_length {f[2]} is shorter than the header")
+    if f[4] != MAGIC:
+        raise CorruptBatchError(f"unsupported batch magic {f[4]}")
+    return BatchHeader(
+        f[0], f[1], f[2], f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[11], f[13], f[14]
+    )
+
+
+def verify_batch(
+    buf: bytes | bytearray | memoryview, max_batch_bytes: int | None = None
+) -> BatchHeader:
+    """Check a whole batch (length, magic, attributes, counts, crc); returns its header."""
+    n = len(buf)
+    if max_batch_bytes is not None and n > max_batch_bytes:
+        raise BatchTooLargeError(f"batch of {n} bytes exceeds the limit of {max_batch_bytes}")
+    f = _check_fields(buf, n)
+    actual = crc32c.crc32c(memoryview(buf)[CRC_START:n])
+    if actual != f.crc:
+        raise CorruptBatchError(f"batch crc32c mismatch (stored {f.crc:#010x}, got {actual:#010x})")
+    return f
+
+
+def _check_fields(buf: bytes | bytearray | memoryview, n: int) -> BatchHeader:
+    if n < HEADER_SIZE:
+        raise CorruptBatchError(f"{n} bytes is shorter than a batch header")
+    f = _HEADER.unpack_from(buf, 0)
+    length, magic, res1, attributes, lod = f[2], f[4], f[5], f[6], f[7]
+    if length != n:
+        raise CorruptBatchError(f"batch_length field {length} does not match {n} bytes received")
+    if magic != MAGIC:
+        raise CorruptBatchError(f"unsupported batch magic {magic}")
+    if res1 or f[12]:
+        raise CorruptBatchError("reserved header bytes are not zero")
+    codec = attributes & ATTR_COMPRESSION_MASK
+    if codec:
+        raise CorruptBatchError(f"compression codec {codec} is not supported")
+    if attributes & ~(ATTR_COMPRESSION_MASK | ATTR_CONTROL):
+        raise CorruptBatchError(f"unknown attribute bits {attributes:#06x}")
+    count = f[14]
+    if count < 1:
+        raise CorruptBatchError(f"record_count {count} is not positive")
+    if lod != count - 1:
+        raise CorruptBatchError(f"last_offset_delta {lod} does not match record_count {count}")
+    if count * MIN_RECORD_SIZE > n - HEADER_SIZE:
+        raise CorruptBatchError(f"{count} records cannot fit in {n - HEADER_SIZE} bytes")
+    if f[9] < f[8]:
+        raise CorruptBatchError("max_timestamp is before first_timestamp")
+    return BatchHeader(
+        f[0], f[1], f[2], f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[11], f[13], f[14]
+    )
+
+
+def stamp(buf: bytearray | memoryview, base_offset: int, term: int) -> None:
+    """Write base_offset and term in place; they sit outside the crc so it stays valid."""
+    _STAMP.pack_into(buf, 0, base_offset, term)
+
+
+def stamp_prefix(base_offset: int, term: int) -> bytes:
+    """The 16 stamped bytes, for writing a batch as (prefix, rest) without copying it."""
+    return _STAMP.pack(base_offset, term)
+
+
+def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """Walk concatenated batches; stops at a partial trailing batch (no crc check)."""
+    n = len(buf)
+    pos = 0
+    while n - pos >= HEADER_SIZE:
+        header = read_header(buf, pos)
+        if pos + header.batch_length > n:
+            return
+        yield pos, header
+        pos += header.batch_length
+
+
+def decode_records(batch: bytes | bytearray | memoryview) -> list[Record]:
+    """Decode every record with absolute offsets and timestamps (client side; not the node)."""
+    h = read_header(batch)
+    end = h.batch_length
+    if end > len(batch):
+        raise CorruptBatchError("batch is truncated")
+    if h.compression:
+        raise CorruptBatchError(f"compression codec {h.compression} is not supported")
+    buf = bytes(batch[:end]) if not isinstance(batch, bytes) else batch
+    dec = varint.decode
+    records: list[Record] = []
+    pos = HEADER_SIZE
+    for _ in range(h.record_count):
+        length, pos = dec(buf, pos, end)
+        rec_end = pos + length
+        if length < MIN_RECORD_SIZE - 1 or rec_end > end:
+            raise CorruptBatchError(f"record length {length} is out of bounds")
+        pos += 1  # attributes
+        tsd, pos = dec(buf, pos, rec_end)
+        od, pos = dec(buf, pos, rec_end)
+        key, pos = _read_bytes(buf, pos, rec_end)
+        value, pos = _read_bytes(buf, pos, rec_end)
+        hcount, pos = dec(buf, pos, rec_end)
+        if hcount < 0:
+            raise CorruptBatchError(f"negative header count {hcount}")
+        headers: list[tuple[str, bytes | None]] = []
+        for _h in range(hcount):
+            hk, pos = _read_bytes(buf, pos, rec_end)
+            if hk is None:
+                raise CorruptBatchError("record header key is null")
+            hv, pos = _read_bytes(buf, pos, rec_end)
+            try:
+                headers.append((hk.decode(), hv))
+            except UnicodeDecodeError as exc:
+                raise CorruptBatchError("record header key is not utf-8") from exc
+        if pos != rec_end:
+            raise CorruptBatchError("record length does not match its fields")
+        records.append(
+            Record(h.base_offset + od, h.first_timestamp + tsd, key, value, tuple(headers))
+        )
+    if pos != end:
+        raise CorruptBatchError("bytes left after the last record")
+    return records
+
+
+def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    n, pos = varint.decode(buf, pos, end)
+    if n == -1:
+        return None, pos
+    if n < 0 or pos + n > end:
+        raise CorruptBatchError(f"field length {n} is out of bounds")
+    return buf[pos : pos + n], pos + n
+
+
+def control_batch(kind: int, payload: bytes, timestamp_ms: int) -> bytes:
+    """A one-record control batch: key is ``kind`` (2 bytes big-endian), value the payload."""
+    return build_batch([(struct.pack(">H", kind), payload, (), timestamp_ms)], control=True)
+
+
+def is_control(header: BatchHeader) -> bool:
+    return bool(header.attributes & ATTR_CONTROL)
