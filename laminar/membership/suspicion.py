@@ -1,0 +1,35 @@
+"""Lifeguard suspicion timer: starts long and shrinks as independent accusers confirm it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Suspicion:
+    """A suspect's timer; ``k`` confirmations (besides the first accuser) bring it to ``min``."""
+
+    incarnation: int
+    start_tick: int
+    min_ticks: int
+    max_ticks: int
+    k: int
+    accusers: set[int] = field(default_factory=set)
+    checked: bool = False  # a last direct check of the suspect has been sent
+    extension: int = 0  # ticks added to wait for that check
+
+    def confirm(self, accuser: int) -> bool:
+        """Record an accuser; True if it is a new one (then the news is worth re-gossiping)."""
+        if accuser in self.accusers:
+            return False
+        self.accusers.add(accuser)
+        return True
+
+    def deadline(self) -> int:
+        confirmations = max(0, len(self.accusers) - 1)
+        if self.k <= 0:
+            return self.start_tick + self.min_ticks + self.extension
+        frac = math.log(confirmations + 1) / math.log(self.k + 1)
+        timeout = self.max_ticks - (self.max_ticks - self.min_ticks) * frac
+        return self.start_tick + max(self.min_ticks, math.floor(timeout)) + self.extension
