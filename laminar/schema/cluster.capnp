@@ -33,12 +33,28 @@ struct RaftMessage {
   rejectHint @9 :Int64;
   context @10 :Data;
   entries @11 :List(EntryHeader);
-  extra @12 :Int64;           # type-specific integer (e.g. a reset's previous term)
+  quiesce @12 :Bool;          # heartbeat: the leader is idle, stop ticking
+}
+
+struct Call {
+  # A node-internal request (e.g. a metadata command for the metadata leader), JSON bodies.
+  id @0 :UInt64;
+  method @1 :Text;
+  body @2 :Data;
+}
+
+struct Reply {
+  id @0 :UInt64;
+  errorCode @1 :UInt16;       # 0: success; else a code of laminar/errors.py
+  errorMessage @2 :Text;
+  body @3 :Data;
 }
 
 struct PeerMessage {
   union {
     hello @0 :Hello;
     raft @1 :List(RaftMessage);
+    call @2 :Call;
+    reply @3 :Reply;
   }
 }

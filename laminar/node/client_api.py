@@ -1,0 +1,373 @@
+"""The client-facing server: decodes requests, runs them against the node, replies typed.
+
+Each request runs as its own task so long polls and produce waits never block the
+connection; replies carry the request's correlation id and may leave out of order. A frame
+that cannot be decoded closes only its connection; any error inside a request becomes a typed
+error reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from laminar.errors import (
+    InvalidRequestError,
+    LaminarError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.node.metadata import Topic
+from laminar.node.node import Node
+from laminar.node.replica import Replica, Waiter
+from laminar.protocol import (
+    ACKS_ALL,
+    ACKS_LEADER,
+    ACKS_NONE,
+    EARLIEST,
+    KIND_REQUEST,
+    KIND_RESPONSE,
+    LATEST,
+    client_schema,
+    decode,
+    fill_error,
+)
+from laminar.segment import batch as record_batch
+from laminar.transport import FramedProtocol, split_address
+
+log = structlog.get_logger(__name__)
+
+MAX_FETCH_WAIT_MS = 30_000
+
+
+class ClientServer:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections: set[FramedProtocol] = set()
+
+    async def start(self) -> None:
+        host, port = split_address(self.node.config.listen)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._protocol, host, port, reuse_address=True)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _protocol(self) -> FramedProtocol:
+        protocol: FramedProtocol
+
+        def on_frame(kind: int, message: bytes, payload: memoryview) -> None:
+            if kind != KIND_REQUEST:
+                raise ProtocolError(f"unexpected frame kind {kind} from a client")
+            request = decode(client_schema.Request, message)
+            task = asyncio.create_task(self._serve(protocol, request, payload))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+        protocol = FramedProtocol(on_frame, lambda _exc: self._connections.discard(protocol))
+        self._connections.add(protocol)
+        return protocol
+
+    async def _serve(self, connection: FramedProtocol, request: Any, payload: memoryview) -> None:
+        response = client_schema.Response.new_message()
+        out_payload: list[Any] = []
+        try:
+            response.correlationId = request.correlationId
+            which = request.body.which()
+            handler = getattr(self, f"_on_{which}")
+            out_payload = await handler(getattr(request.body, which), response, payload) or []
+        except LaminarError as exc:
+            fill_error(response.error, exc)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never let a request take the node down
+            log.exception("request failed")
+            fill_error(response.error, ProtocolError(f"could not serve request: {exc}"))
+            out_payload = []
+        if not connection.closed:
+            connection.send_parts(KIND_RESPONSE, response.to_bytes(), out_payload)
+
+    # metadata and topics ---------------------------------------------------------------------
+    async def _on_metadata(self, body: Any, response: Any, _payload: memoryview) -> None:
+        state = self.node.state
+        wanted = list(body.topics)
+        names = wanted or sorted(state.topics)
+        found = [state.topics[n] for n in names if n in state.topics]
+        metadata = response.body.init("metadata")
+        nodes = sorted(state.nodes.values(), key=lambda n: n.node_id)
+        brokers = metadata.init("brokers", len(nodes))
+        for slot, info in zip(brokers, nodes, strict=True):
+            slot.nodeId = info.node_id
+            slot.address = info.client_address
+        topics = metadata.init("topics", len(found))
+        for slot, topic in zip(topics, found, strict=True):
+            self._fill_topic(slot, topic)
+        metadata.metadataLeader = self.node.metadata_leader
+        metadata.missing = [n for n in wanted if n not in state.topics]
+
+    def _fill_topic(self, slot: Any, topic: Topic) -> None:
+        settings = topic.settings
+        spec = slot.spec
+        spec.name = topic.name
+        spec.partitions = settings.partitions
+        spec.replicationFactor = settings.replication_factor
+        spec.segmentBytes = settings.segment_bytes
+        spec.segmentMs = settings.segment_ms
+        spec.retentionMs = -1 if settings.retention_ms is None else settings.retention_ms
+        spec.retentionBytes = settings.retention_bytes or 0
+        slot.topicId = topic.topic_id
+        partitions = slot.init("partitions", len(topic.partitions))
+        for index, (out, assignment) in enumerate(zip(partitions, topic.partitions, strict=True)):
+            out.partition = index
+            out.leader = self._leader_of(topic, index, assignment.leader)
+            out.replicas = assignment.replicas
+
+    def _leader_of(self, topic: Topic, partition: int, recorded: int) -> int:
+        replica = self.node.replica_for(topic.name, partition)
+        if replica is not None and replica.raft.leader_id:
+            return replica.raft.leader_id  # fresher than the metadata record
+        return recorded
+
+    async def _on_createTopic(self, spec: Any, response: Any, _payload: memoryview) -> None:
+        if spec.partitions < 1:
+            raise InvalidRequestError("a topic needs at least one partition")
+        if spec.replicationFactor < 1:
+            raise InvalidRequestError("replication factor must be at least 1")
+        settings = self.node.settings_for(
+            {
+                "partitions": spec.partitions,
+                "replication_factor": spec.replicationFactor,
+                "segment_bytes": spec.segmentBytes,
+                "segment_ms": spec.segmentMs,
+                "retention_ms": spec.retentionMs,
+                "retention_bytes": spec.retentionBytes,
+            }
+        )
+        command = {
+            "op": "create_topic",
+            "name": spec.name,
+            "settings": {
+                "partitions": settings.partitions,
+                "replication_factor": settings.replication_factor,
+                "segment_bytes": settings.segment_bytes,
+                "segment_ms": settings.segment_ms,
+                "retention_ms": settings.retention_ms,
+                "retention_bytes": settings.retention_bytes,
+            },
+        }
+        await self.node.propose_metadata(command)
+        topic = self.node.state.topics[spec.name]
+        self._fill_topic(response.body.init("topic"), topic)
+
+    async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
+        if name not in self.node.state.topics:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        await self.node.propose_metadata({"op": "delete_topic", "name": name})
+        response.body.none = None
+
+    # produce ---------------------------------------------------------------------------------
+    async def _on_produce(self, body: Any, response: Any, payload: memoryview) -> None:
+        acks = body.acks
+        if acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
+            raise InvalidRequestError(f"acks must be -1, 0 or 1, not {acks}")
+        refs = list(body.batches)
+        results = response.body.init("produce").init("results", len(refs))
+        waits: list[tuple[int, Waiter]] = []
+        touched: set[Replica] = set()
+        for position, (slot, ref) in enumerate(zip(results, refs, strict=True)):
+            slot.topic = ref.topic
+            slot.partition = ref.partition
+            try:
+                replica = self._leader_replica(ref.topic, ref.partition)
+                end = ref.payloadOffset + ref.payloadLength
+                if end > len(payload):
+                    raise InvalidRequestError("batch reference runs past the frame payload")
+                data = payload[ref.payloadOffset : end]
+                header = record_batch.verify_batch(data, self.node.config.max_batch_bytes)
+                if record_batch.is_control(header):
+                    raise InvalidRequestError("clients may not produce control batches")
+                base, last = replica.raft.propose(data, header.record_count)
+                slot.baseOffset = base
+                slot.lastOffset = last
+                touched.add(replica)
+                if acks == ACKS_ALL:
+                    waiter = Waiter(last, asyncio.get_running_loop().create_future())
+                    replica.commit_waiters.append(waiter)
+                    waits.append((position, waiter))
+            except LaminarError as exc:
+                fill_error(slot.error, exc)
+                slot.baseOffset = slot.lastOffset = -1
+        for replica in touched:
+            if acks == ACKS_LEADER:
+                self.node.runtime.process_now(replica)  # written to the leader's log on return
+            else:
+                self.node.runtime.wake(replica)
+        if waits:
+            await self._await_commits(results, waits, body.timeoutMs or 30_000)
+
+    async def _await_commits(
+        self, results: Any, waits: list[tuple[int, Waiter]], timeout_ms: int
+    ) -> None:
+        futures = [waiter.future for _, waiter in waits]
+        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        for position, waiter in waits:
+            future = waiter.future
+            error: BaseException | None
+            if not future.done():
+                future.cancel()
+                error = RequestTimeoutError("the write did not commit in time; it may still")
+            else:
+                error = future.exception()
+            if error is not None:
+                fill_error(results[position].error, error)
+
+    def _leader_replica(self, topic_name: str, partition: int) -> Replica:
+        replica = self._any_replica(topic_name, partition)
+        if not replica.is_leader:
+            raise replica.not_leader(self.node.address_of)
+        return replica
+
+    def _any_replica(self, topic_name: str, partition: int) -> Replica:
+        topic = self.node.state.topics.get(topic_name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {topic_name!r}")
+        if partition >= len(topic.partitions):
+            raise UnknownPartitionError(
+                f"topic {topic_name!r} has {len(topic.partitions)} partitions, "
+                f"not partition {partition}"
+            )
+        replica = self.node.replica_for(topic_name, partition)
+        if replica is None:
+            leader = topic.partitions[partition].leader
+            raise NotLeaderError(
+                f"no replica of {topic_name}/{partition} on this node",
+                leader,
+                self.node.address_of(leader) if leader else "",
+            )
+        return replica
+
+    # fetch -----------------------------------------------------------------------------------
+    async def _on_fetch(self, body: Any, response: Any, _payload: memoryview) -> list[bytes]:
+        wanted = list(body.partitions)
+        max_wait = min(body.maxWaitMs, MAX_FETCH_WAIT_MS) / 1000
+        replicas: list[Replica | LaminarError] = []
+        for ask in wanted:
+            try:
+                replica = self._any_replica(ask.topic, ask.partition)
+                if not (replica.log.start_offset <= ask.offset <= replica.high_watermark):
+                    raise OffsetOutOfRangeError(
+                        ask.offset, replica.log.start_offset, replica.high_watermark
+                    )
+                replicas.append(replica)
+            except LaminarError as exc:
+                replicas.append(exc)
+        has_data = any(
+            isinstance(r, Replica) and ask.offset < r.high_watermark
+            for r, ask in zip(replicas, wanted, strict=True)
+        )
+        if not has_data and max_wait > 0 and any(isinstance(r, Replica) for r in replicas):
+            waiter = asyncio.get_running_loop().create_future()
+            for replica in replicas:
+                if isinstance(replica, Replica):
+                    replica.fetch_waiters.append(waiter)
+            await asyncio.wait([waiter], timeout=max_wait)
+        results = response.body.init("fetch").init("results", len(wanted))
+        chunks: list[bytes] = []
+        position = 0
+        budget = body.maxBytes or (4 << 20)
+        for slot, ask, replica in zip(results, wanted, replicas, strict=True):
+            slot.topic = ask.topic
+            slot.partition = ask.partition
+            if isinstance(replica, LaminarError):
+                fill_error(slot.error, replica)
+                continue
+            high = replica.high_watermark
+            slot.highWatermark = high
+            slot.logStart = replica.log.start_offset
+            slot.payloadOffset = position
+            if ask.offset >= high or budget <= 0 or replica.closed:
+                continue
+            try:
+                view = replica.log.read(
+                    ask.offset, min(ask.maxBytes or budget, budget), upto=high
+                ).tobytes()
+            except LaminarError as exc:
+                fill_error(slot.error, exc)
+                continue
+            slot.payloadLength = len(view)
+            chunks.append(view)
+            position += len(view)
+            budget -= len(view)
+        return chunks
+
+    # offsets and status --------------------------------------------------------------------
+    async def _on_listOffsets(self, body: Any, response: Any, _payload: memoryview) -> None:
+        queries = list(body.queries)
+        answers = response.body.init("listOffsets").init("answers", len(queries))
+        for slot, query in zip(answers, queries, strict=True):
+            slot.topic = query.topic
+            slot.partition = query.partition
+            try:
+                replica = self._any_replica(query.topic, query.partition)
+                high = replica.high_watermark
+                if query.timestamp == EARLIEST:
+                    slot.offset = replica.log.start_offset
+                elif query.timestamp == LATEST:
+                    slot.offset = high
+                else:
+                    found = replica.log.offset_for_timestamp(query.timestamp)
+                    slot.offset = found if found is not None and found < high else -1
+            except LaminarError as exc:
+                fill_error(slot.error, exc)
+                slot.offset = -1
+
+    async def _on_clusterStatus(self, _body: Any, response: Any, _payload: memoryview) -> None:
+        node = self.node
+        partitions = await node.cluster_partitions()
+        status = response.body.init("clusterStatus")
+        status.metadataLeader = node.metadata_leader
+        live = set(node.live_nodes())
+        members = sorted(node.state.nodes.values(), key=lambda n: n.node_id)
+        replica_counts: dict[int, int] = {}
+        for topic in node.state.topics.values():
+            for assignment in topic.partitions:
+                for node_id in assignment.replicas:
+                    replica_counts[node_id] = replica_counts.get(node_id, 0) + 1
+        assert node.metadata is not None
+        voters = set(node.metadata.raft.conf.voters)
+        slots = status.init("members", len(members))
+        for slot, info in zip(slots, members, strict=True):
+            slot.nodeId = info.node_id
+            slot.address = info.client_address
+            slot.state = "alive" if info.node_id in live else "dead"
+            slot.metadataVoter = info.node_id in voters
+            slot.replicas = replica_counts.get(info.node_id, 0)
+            slot.leaders = sum(1 for p in partitions if p["leader"] == info.node_id)
+        out = status.init("partitions", len(partitions))
+        for slot, part in zip(out, partitions, strict=True):
+            slot.topic = part["topic"]
+            slot.partition = part["partition"]
+            slot.leader = part["leader"]
+            slot.term = part["term"]
+            slot.startOffset = part["start_offset"]
+            slot.highWatermark = part["high_watermark"]
+            slot.endOffset = part["end_offset"]
+            replicas = slot.init("replicas", len(part["replicas"]))
+            for rslot, rep in zip(replicas, part["replicas"], strict=True):
+                rslot.nodeId = rep["node_id"]
+                rslot.matchOffset = rep["match"]
+                rslot.lag = rep["lag"]

@@ -1,0 +1,81 @@
+"""The partition log as the Raft log: the adapter between PartitionLog and the Raft core.
+
+A NORMAL entry is a client's record batch, stored exactly as the leader stamped it (base offset
+= entry index, term = entry term). NOOP and CONFIG entries, which the core creates itself, are
+stored as one-record control batches with timestamp 0, so every replica writes identical bytes
+for them, and read back as (kind, payload).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from laminar.errors import OffsetOutOfRangeError
+from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
+from laminar.segment import batch as record_batch
+from laminar.segment.log import PartitionLog
+
+_KIND = struct.Struct(">H")
+
+
+def entry_to_batch(entry: Entry) -> bytearray:
+    """The bytes a replica writes for ``entry``: stamped with its index and term."""
+    if entry.kind == EntryKind.NORMAL:
+        data = bytearray(entry.data)
+    else:
+        data = bytearray(
+            record_batch.control_batch(int(entry.kind), bytes(entry.data), timestamp_ms=0)
+        )
+    record_batch.stamp(data, entry.index, entry.term)
+    return data
+
+
+def batch_to_entry(view: memoryview) -> Entry:
+    header = record_batch.read_header(view)
+    last = header.base_offset + header.last_offset_delta
+    if record_batch.is_control(header):
+        record = record_batch.decode_records(view)[0]
+        kind = EntryKind(_KIND.unpack(record.key or b"\0\0")[0])
+        return Entry(header.term, header.base_offset, last, kind, record.value or b"")
+    return Entry(header.term, header.base_offset, last, EntryKind.NORMAL, view)
+
+
+class LogStorage:
+    """Implements the Raft core's Storage protocol over a PartitionLog."""
+
+    __slots__ = ("log",)
+
+    def __init__(self, log: PartitionLog) -> None:
+        self.log = log
+
+    def first_index(self) -> int:
+        return self.log.start_offset
+
+    def last_index(self) -> int:
+        return self.log.end_offset - 1
+
+    def term(self, index: int) -> int:
+        try:
+            return self.log.term_at(index)
+        except OffsetOutOfRangeError:
+            if index < self.log.start_offset:
+                raise CompactedError(index) from None
+            raise UnavailableError(index) from None
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        if lo < self.log.start_offset:
+            raise CompactedError(lo)
+        return [batch_to_entry(view) for view in self.log.batches(lo, hi, max_bytes)]
+
+    def append(self, entries: list[Entry]) -> None:
+        log = self.log
+        for entry in entries:
+            if entry.index < log.end_offset:
+                log.truncate(entry.index)
+            log.append_stamped(entry_to_batch(entry))
+
+    def truncate(self, index: int) -> None:
+        self.log.truncate(index)
+
+    def reset(self, start: int, prev_term: int) -> None:
+        self.log.reset(start, prev_term)

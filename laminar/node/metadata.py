@@ -1,0 +1,185 @@
+"""The cluster metadata state machine, replicated by the metadata Raft group (group 0).
+
+Every node holds a full copy (metadata voters and learners apply the same committed commands),
+so any node answers metadata requests locally. Commands are small JSON documents carried as the
+single record of a record batch, so the metadata group's Raft log is an ordinary partition log.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from laminar.errors import (
+    InvalidRequestError,
+    NotEnoughReplicasError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+METADATA_GROUP = 0
+PARTITION_BITS = 20
+MAX_PARTITIONS = 1 << PARTITION_BITS
+
+
+def group_id(topic_id: int, partition: int) -> int:
+    """A partition's Raft group id; unique across delete + re-create (topic ids never repeat)."""
+    return topic_id << PARTITION_BITS | partition
+
+
+@dataclass(slots=True)
+class TopicSettings:
+    partitions: int
+    replication_factor: int
+    segment_bytes: int
+    segment_ms: int
+    retention_ms: int | None
+    retention_bytes: int | None
+
+
+@dataclass(slots=True)
+class PartitionAssignment:
+    replicas: list[int]
+    leader: int = 0
+    leader_term: int = 0
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: int
+    settings: TopicSettings
+    partitions: list[PartitionAssignment]
+
+
+@dataclass(slots=True)
+class NodeInfo:
+    node_id: int
+    client_address: str
+    peer_address: str
+
+
+@dataclass(slots=True)
+class MetadataState:
+    """Applied state; ``apply`` is deterministic so every replica computes the same state."""
+
+    topics: dict[str, Topic] = field(default_factory=dict)
+    nodes: dict[int, NodeInfo] = field(default_factory=dict)
+    next_topic_id: int = 1
+
+    def apply(self, command: dict[str, Any]) -> Any:
+        op = command.get("op")
+        if op == "register_node":
+            info = NodeInfo(command["node_id"], command["client_address"], command["peer_address"])
+            self.nodes[info.node_id] = info
+            return info
+        if op == "create_topic":
+            return self._create_topic(command)
+        if op == "delete_topic":
+            topic = self.topics.pop(command["name"], None)
+            if topic is None:
+                raise UnknownTopicError(f"unknown topic {command['name']!r}")
+            return topic
+        if op == "set_leader":
+            topic = self.topic_by_id(command["topic_id"])
+            if topic is None or command["partition"] >= len(topic.partitions):
+                return None  # the topic was deleted meanwhile
+            assignment = topic.partitions[command["partition"]]
+            if command["term"] >= assignment.leader_term:
+                assignment.leader = command["leader"]
+                assignment.leader_term = command["term"]
+            return assignment
+        if op == "set_replicas":
+            topic = self.topic_by_id(command["topic_id"])
+            if topic is None or command["partition"] >= len(topic.partitions):
+                return None
+            topic.partitions[command["partition"]].replicas = list(command["replicas"])
+            return topic.partitions[command["partition"]]
+        raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _create_topic(self, command: dict[str, Any]) -> Topic:
+        name = command["name"]
+        if name in self.topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        settings = TopicSettings(**command["settings"])
+        topic = Topic(
+            name=name,
+            topic_id=self.next_topic_id,
+            settings=settings,
+            partitions=[PartitionAssignment(list(r)) for r in command["replicas"]],
+        )
+        self.next_topic_id += 1
+        self.topics[name] = topic
+        return topic
+
+    def topic_by_id(self, topic_id: int) -> Topic | None:
+        for topic in self.topics.values():
+            if topic.topic_id == topic_id:
+                return topic
+        return None
+
+    def replicas_on(self, node_id: int) -> list[tuple[Topic, int]]:
+        """Every (topic, partition) with a replica on ``node_id``."""
+        return [
+            (topic, index)
+            for topic in self.topics.values()
+            for index, assignment in enumerate(topic.partitions)
+            if node_id in assignment.replicas
+        ]
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or len(name) > 200:
+        raise InvalidRequestError("a topic name has 1 to 200 characters")
+    if not all(c.isalnum() or c in "._-" for c in name):
+        raise InvalidRequestError(
+            f"topic name {name!r} may contain only letters, digits, '.', '_' and '-'"
+        )
+
+
+def place_replicas(
+    partitions: int, replication_factor: int, live_nodes: list[int], load: dict[int, int]
+) -> list[list[int]]:
+    """Spread replicas evenly: each replica goes to the live node with the fewest so far.
+
+    Ties break by node id, rotated per partition so that first replicas (preferred leaders)
+    spread too.
+    """
+    if partitions < 1 or partitions >= MAX_PARTITIONS:
+        raise InvalidRequestError(f"partitions must be between 1 and {MAX_PARTITIONS - 1}")
+    if replication_factor < 1:
+        raise InvalidRequestError("replication factor must be at least 1")
+    if replication_factor > len(live_nodes):
+        raise NotEnoughReplicasError(
+            f"replication factor {replication_factor} needs {replication_factor} live nodes, "
+            f"the cluster has {len(live_nodes)}"
+        )
+    counts = {node: load.get(node, 0) for node in live_nodes}
+    nodes = sorted(live_nodes)
+    placement: list[list[int]] = []
+    for partition in range(partitions):
+        rotation = nodes[partition % len(nodes) :] + nodes[: partition % len(nodes)]
+        order = {node: i for i, node in enumerate(rotation)}
+        chosen: list[int] = []
+        for _ in range(replication_factor):
+            node = min((n for n in nodes if n not in chosen), key=lambda n: (counts[n], order[n]))
+            chosen.append(node)
+            counts[node] += 1
+        placement.append(chosen)
+    return placement
+
+
+def encode_command(command: dict[str, Any]) -> bytes:
+    return json.dumps(command, separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_command(data: bytes) -> dict[str, Any]:
+    value = json.loads(data)
+    if not isinstance(value, dict):
+        raise InvalidRequestError("a metadata command is a JSON object")
+    return value
+
+
+def topic_settings_dict(settings: TopicSettings) -> dict[str, Any]:
+    return asdict(settings)

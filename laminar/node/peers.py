@@ -1,0 +1,205 @@
+"""Node-to-node connections: exactly one TCP connection per pair of nodes.
+
+The node with the lower id dials, the other accepts; both then use that one connection in both
+directions. Each flush of the Multi-Raft outbox becomes one frame per peer (all groups'
+messages together). A peer that sends nothing for ``dead_after`` seconds, or whose connection
+drops, is reported down so its Raft groups elect without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from laminar.errors import ProtocolError
+from laminar.node.raft_codec import (
+    GroupMessage,
+    decode_peer_message,
+    encode_hello,
+    encode_messages,
+)
+from laminar.protocol import KIND_PEER, cluster_schema
+from laminar.transport import FramedProtocol, split_address
+
+log = structlog.get_logger(__name__)
+
+
+class PeerNetwork:
+    def __init__(
+        self,
+        node_id: int,
+        cluster_id: str,
+        peer_address: str,
+        client_address: str,
+        on_raft: Callable[[int, list[GroupMessage]], None],
+        on_other: Callable[[int, str, Any], None],
+        on_up: Callable[[int, str, str], None],
+        on_down: Callable[[int], None],
+        dead_after: float,
+    ) -> None:
+        self.node_id = node_id
+        self.cluster_id = cluster_id
+        self.peer_address = peer_address
+        self.client_address = client_address
+        self._on_raft = on_raft
+        self._on_other = on_other
+        self._on_up = on_up
+        self._on_down = on_down
+        self._dead_after = dead_after
+        self.addresses: dict[int, str] = {}
+        self._connections: dict[int, FramedProtocol] = {}
+        self._last_heard: dict[int, float] = {}
+        self._down: set[int] = set()
+        self._dialers: dict[int, asyncio.Task[None]] = {}
+        self._server: asyncio.Server | None = None
+        self._hello = encode_hello(node_id, cluster_id, peer_address, client_address)
+        self._stopping = False
+
+    async def start(self) -> None:
+        host, port = split_address(self.peer_address)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._accept, host, port, reuse_address=True)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._dialers.values():
+            task.cancel()
+        await asyncio.gather(*self._dialers.values(), return_exceptions=True)
+        for connection in list(self._connections.values()):
+            connection.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    def add_peer(self, node_id: int, address: str) -> None:
+        """Learn a peer's address; the lower id of the pair dials."""
+        if node_id == self.node_id or self.addresses.get(node_id) == address:
+            return
+        self.addresses[node_id] = address
+        if self.node_id < node_id and not self._stopping:
+            old = self._dialers.pop(node_id, None)
+            if old is not None:
+                old.cancel()
+            self._dialers[node_id] = asyncio.create_task(self._dial(node_id))
+
+    def connected(self, node_id: int) -> bool:
+        connection = self._connections.get(node_id)
+        return connection is not None and not connection.closed
+
+    def send_raft(self, peer: int, messages: list[GroupMessage]) -> None:
+        connection = self._connections.get(peer)
+        if connection is None or connection.closed:
+            return  # Raft retries; nothing is lost that was promised
+        message, payload = encode_messages(messages)
+        connection.send_parts(KIND_PEER, message, payload)
+
+    def send_other(self, peer: int, builder: Any) -> bool:
+        connection = self._connections.get(peer)
+        if connection is None or connection.closed:
+            return False
+        connection.send(KIND_PEER, builder.to_bytes())
+        return True
+
+    def check_liveness(self) -> None:
+        """Called every tick: keep connections alive, report silent peers down."""
+        now = time.monotonic()
+        empty = None
+        for peer, connection in list(self._connections.items()):
+            if connection.closed:
+                continue
+            if empty is None:
+                empty = encode_messages([])[0]
+            connection.send(KIND_PEER, empty)
+            if now - self._last_heard.get(peer, now) > self._dead_after:
+                log.warning("peer silent, closing its connection", peer=peer)
+                connection.close()
+        for peer in self.addresses:
+            if peer not in self._down and not self.connected(peer):
+                last = self._last_heard.get(peer, 0.0)
+                if now - last > self._dead_after:
+                    self._down.add(peer)
+                    self._on_down(peer)
+
+    # connections ---------------------------------------------------------------------------
+    async def _dial(self, peer: int) -> None:
+        loop = asyncio.get_running_loop()
+        delay = 0.05
+        while not self._stopping:
+            address = self.addresses[peer]
+            closed = loop.create_future()
+            try:
+                host, port = split_address(address)
+                _, protocol = await loop.create_connection(
+                    functools.partial(self._protocol, closed), host, port
+                )
+                protocol.send(KIND_PEER, self._hello)
+                delay = 0.05
+                await closed
+            except (OSError, ConnectionError):
+                pass
+            except asyncio.CancelledError:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _accept(self) -> FramedProtocol:
+        return self._protocol(None)
+
+    def _protocol(self, closed: asyncio.Future[None] | None) -> FramedProtocol:
+        state: dict[str, int] = {"peer": 0}
+        protocol: FramedProtocol
+
+        def on_frame(kind: int, message: bytes, payload: memoryview) -> None:
+            if kind != KIND_PEER:
+                raise ProtocolError(f"unexpected frame kind {kind} on a peer connection")
+            which, body = decode_peer_message(message, payload)
+            peer = state["peer"]
+            if which == "hello":
+                self._hello_received(protocol, state, body)
+                return
+            if peer == 0:
+                raise ProtocolError("peer spoke before saying hello")
+            self._last_heard[peer] = time.monotonic()
+            if which == "raft":
+                if body:
+                    self._on_raft(peer, body)
+            else:
+                self._on_other(peer, which, body)
+
+        def on_close(_exc: Exception | None) -> None:
+            peer = state["peer"]
+            if peer and self._connections.get(peer) is protocol:
+                del self._connections[peer]
+            if closed is not None and not closed.done():
+                closed.set_result(None)
+
+        protocol = FramedProtocol(on_frame, on_close)
+        return protocol
+
+    def _hello_received(self, protocol: FramedProtocol, state: dict[str, int], hello: Any) -> None:
+        if hello.clusterId != self.cluster_id:
+            raise ProtocolError(f"peer belongs to cluster {hello.clusterId!r}")
+        peer = hello.nodeId
+        if peer == 0 or peer == self.node_id:
+            raise ProtocolError(f"bad peer node id {peer}")
+        state["peer"] = peer
+        old = self._connections.get(peer)
+        if old is not None and old is not protocol:
+            old.close()
+        self._connections[peer] = protocol
+        self._last_heard[peer] = time.monotonic()
+        self._down.discard(peer)
+        if peer not in self.addresses:
+            self.addresses[peer] = hello.address
+        if protocol is not None and self.node_id > peer:
+            protocol.send(KIND_PEER, self._hello)  # answer the dialer's hello
+        self._on_up(peer, hello.address, hello.clientAddress)
+
+
+def new_peer_message() -> Any:
+    return cluster_schema.PeerMessage.new_message()

@@ -1,0 +1,135 @@
+"""One hosted replica of a Raft group: its log, its Raft core and the requests waiting on it."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from laminar.errors import NotLeaderError
+from laminar.node.log_storage import LogStorage
+from laminar.node.raft_state import load_state
+from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
+from laminar.segment.log import LogConfig, PartitionLog
+
+
+@dataclass(slots=True)
+class Waiter:
+    """A request waiting until the entry ending at ``last`` is committed."""
+
+    last: int
+    future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class SavedState:
+    term: int
+    vote: int
+    conf: ConfState
+
+
+@dataclass(eq=False)
+class Replica:
+    group: int
+    directory: Path
+    log: PartitionLog
+    storage: LogStorage
+    raft: RaftNode
+    topic: str = ""
+    partition: int = 0
+    apply: Callable[[Any], Any] | None = None
+    """Metadata group only: applies committed NORMAL entries and returns their result."""
+    saved: SavedState | None = None
+    commit_waiters: collections.deque[Waiter] = field(default_factory=collections.deque)
+    fetch_waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    after_persist: list[Message] = field(default_factory=list)
+    was_leader: bool = False
+    closed: bool = False
+    log_closed: bool = False
+
+    @classmethod
+    def open(
+        cls,
+        group: int,
+        node_id: int,
+        directory: Path,
+        log_config: LogConfig,
+        initial_conf: ConfState,
+        raft_config: RaftConfig,
+        **kwargs: Any,
+    ) -> Replica:
+        directory.mkdir(parents=True, exist_ok=True)
+        log = PartitionLog.open(directory / "log", log_config)
+        storage = LogStorage(log)
+        hard, conf = load_state(directory)
+        conf = conf or initial_conf
+        raft = RaftNode(node_id, storage, conf, hard, raft_config)
+        saved = SavedState(hard.term, hard.vote, conf) if hard is not None else None
+        return cls(group, directory, log, storage, raft, saved=saved, **kwargs)
+
+    @property
+    def high_watermark(self) -> int:
+        """Offsets below this are committed (readable by consumers)."""
+        return min(self.raft.commit + 1, self.log.end_offset)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.raft.role == Role.LEADER
+
+    def state_to_save(self) -> tuple[HardState, ConfState] | None:
+        """The hard state to persist if term, vote or membership changed since last saved."""
+        raft = self.raft
+        conf = raft.conf
+        saved = self.saved
+        if (
+            saved is not None
+            and saved.term == raft.term
+            and saved.vote == raft.vote
+            and saved.conf == conf
+        ):
+            return None
+        self.saved = SavedState(raft.term, raft.vote, conf)
+        return HardState(raft.term, raft.vote, raft.commit), conf
+
+    def wake_fetchers(self) -> None:
+        waiters, self.fetch_waiters = self.fetch_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def resolve_committed(self) -> None:
+        commit = self.raft.commit
+        waiters = self.commit_waiters
+        while waiters and waiters[0].last <= commit:
+            waiter = waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_result(None)
+
+    def fail_waiters(self, error: Exception, from_offset: int = -1) -> None:
+        """Fail waiters whose entry may now never commit (at or after ``from_offset``)."""
+        kept: collections.deque[Waiter] = collections.deque()
+        for waiter in self.commit_waiters:
+            if waiter.last >= from_offset:
+                if not waiter.future.done():
+                    waiter.future.set_exception(error)
+            else:
+                kept.append(waiter)
+        self.commit_waiters = kept
+
+    def not_leader(self, address_of: Callable[[int], str]) -> NotLeaderError:
+        leader = self.raft.leader_id
+        return NotLeaderError(
+            f"node is not the leader of {self.topic}/{self.partition}",
+            leader,
+            address_of(leader) if leader else "",
+        )
+
+    def close(self) -> None:
+        self.closed = True
+        self.wake_fetchers()
+        self.fail_waiters(NotLeaderError("replica closed"))
+        self.log.close()
+        self.log_closed = True

@@ -1,0 +1,259 @@
+"""Multi-Raft runtime: drives every hosted Raft group with one tick task and one flush task.
+
+No task or timer exists per group. Inputs (peer messages, proposals, ticks) mark a group as
+having work; one coalesced callback then drains every such group's Ready: entries are written to
+the group's log (page cache), messages that may leave before durability go to the per-peer
+outbox, the rest wait for the flush. The flush task is the group commit: one pass of fdatasyncs
+in a worker thread covers every append of every group since the previous pass; only then are
+the held-back messages (votes, append acknowledgements) sent and the cores told what is durable.
+Idle groups quiesce: they are not ticked at all until a message or proposal wakes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections import defaultdict
+from collections.abc import Callable
+
+import structlog
+
+from laminar.errors import NotLeaderError
+from laminar.node.raft_codec import GroupMessage
+from laminar.node.raft_state import save_state
+from laminar.node.replica import Replica
+from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+
+FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
+
+log = structlog.get_logger(__name__)
+
+SendToPeer = Callable[[int, list[GroupMessage]], None]
+
+
+class MultiRaft:
+    def __init__(
+        self,
+        node_id: int,
+        tick_seconds: float,
+        send: SendToPeer,
+        on_leader_change: Callable[[Replica], None],
+    ) -> None:
+        self.node_id = node_id
+        self.tick_seconds = tick_seconds
+        self.replicas: dict[int, Replica] = {}
+        self._send = send
+        self._on_leader_change = on_leader_change
+        self._active: set[Replica] = set()
+        self._pending: set[Replica] = set()
+        self._dirty: set[Replica] = set()
+        self._outbox: defaultdict[int, list[GroupMessage]] = defaultdict(list)
+        self._scheduled = False
+        self._flush_wanted = asyncio.Event()
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flush")
+        self._tasks: list[asyncio.Task[None]] = []
+        self.flush_cycles = 0
+        self._flushing = False
+        self._close_after_flush: list[Replica] = []
+
+    # lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._tick_loop(), name="raft-ticks"),
+            asyncio.create_task(self._flush_loop(), name="group-commit"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._sync_all_logs)
+        for replica in list(self.replicas.values()):
+            replica.close()
+        self.replicas.clear()
+        self._executor.shutdown(wait=True)
+
+    def _sync_all_logs(self) -> None:
+        for replica in self.replicas.values():
+            replica.log.flush()
+            state = replica.state_to_save()
+            if state is not None:
+                save_state(replica.directory, *state)
+
+    def add(self, replica: Replica) -> None:
+        self.replicas[replica.group] = replica
+        self._active.add(replica)
+        self.wake(replica)
+
+    def remove(self, group: int) -> Replica | None:
+        replica = self.replicas.pop(group, None)
+        if replica is not None:
+            self._active.discard(replica)
+            self._pending.discard(replica)
+            self._dirty.discard(replica)
+            if self._flushing:
+                replica.closed = True
+                self._close_after_flush.append(replica)
+            else:
+                replica.close()
+        return replica
+
+    # inputs ------------------------------------------------------------------------------
+    def step(self, group: int, message: Message) -> None:
+        replica = self.replicas.get(group)
+        if replica is None:
+            return  # not (yet) hosted here: the sender retries
+        replica.raft.step(message)
+        if message.type is not MessageType.HEARTBEAT or not replica.raft.quiesced:
+            self._active.add(replica)
+        self.wake(replica)
+
+    def node_down(self, node_id: int) -> None:
+        """A peer node is gone: wake its groups so they elect without waiting on it."""
+        for replica in self.replicas.values():
+            if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
+                replica.raft.report_node_down(node_id)
+                self._active.add(replica)
+                self.wake(replica)
+
+    def wake(self, replica: Replica) -> None:
+        """Mark a group as having work; one callback soon drains all marked groups."""
+        self._pending.add(replica)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def process_now(self, replica: Replica) -> None:
+        """Drain one group's Ready right away (a produce with acks=leader waits on the write)."""
+        self._process(replica)
+        self._schedule_outbox()
+
+    # the Ready loop ------------------------------------------------------------------------
+    def _drain(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, set()
+        for replica in pending:
+            if not replica.closed:
+                self._process(replica)
+        self._send_outbox()
+
+    def _process(self, replica: Replica) -> None:
+        raft = replica.raft
+        while raft.has_ready():
+            ready = raft.ready()
+            storage = replica.storage
+            if ready.reset is not None:
+                replica.fail_waiters(NotLeaderError("log reset"), ready.reset[0])
+                storage.reset(*ready.reset)
+                self._dirty.add(replica)
+            if ready.entries:
+                first = ready.entries[0].index
+                if first <= storage.last_index():
+                    replica.fail_waiters(NotLeaderError("entries replaced"), first)
+                storage.append(ready.entries)
+                self._dirty.add(replica)
+            if ready.hard_state is not None or ready.conf_state is not None:
+                self._dirty.add(replica)
+            for message in ready.messages:
+                if message.after_persist:
+                    replica.after_persist.append(message)
+                else:
+                    self._outbox[message.to].append((replica.group, message))
+            if ready.committed_entries and replica.apply is not None:
+                self._apply(replica, ready.committed_entries)
+            raft.advance(ready)
+            replica.resolve_committed()
+            if ready.hard_state is not None:
+                replica.wake_fetchers()
+        if raft.quiesced and not replica.after_persist:
+            self._active.discard(replica)
+        is_leader = replica.is_leader
+        if is_leader != replica.was_leader:
+            replica.was_leader = is_leader
+            if not is_leader:
+                replica.fail_waiters(
+                    NotLeaderError("leadership lost; the write may or may not be committed")
+                )
+            self._on_leader_change(replica)
+        if self._dirty:
+            self._flush_wanted.set()
+
+    def _apply(self, replica: Replica, entries: list) -> None:
+        assert replica.apply is not None
+        for entry in entries:
+            if entry.kind == EntryKind.NORMAL:
+                replica.apply(entry)
+
+    def _schedule_outbox(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _send_outbox(self) -> None:
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, defaultdict(list)
+        for peer, messages in outbox.items():
+            if peer == self.node_id:
+                for group, message in messages:
+                    self.step(group, message)
+            else:
+                self._send(peer, messages)
+
+    # tasks ---------------------------------------------------------------------------------
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            for replica in list(self._active):
+                if replica.closed:
+                    self._active.discard(replica)
+                    continue
+                replica.raft.tick()
+                if replica.raft.has_ready():
+                    self.wake(replica)
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            dirty, self._dirty = self._dirty, set()
+            jobs: list[FlushJob] = []
+            for replica in dirty:
+                if replica.closed:
+                    continue
+                last = replica.storage.last_index()
+                term = replica.storage.term(last) if last >= 0 else 0
+                held, replica.after_persist = replica.after_persist, []
+                jobs.append((replica, last, term, held, replica.state_to_save()))
+            self._flushing = True
+            try:
+                await loop.run_in_executor(self._executor, _sync, jobs)
+            except Exception:
+                log.exception("group commit failed; stopping the node is the only safe move")
+                raise
+            finally:
+                self._flushing = False
+                for replica in self._close_after_flush:
+                    replica.close()
+                self._close_after_flush.clear()
+            self.flush_cycles += 1
+            for replica, last, term, held, _ in jobs:
+                if replica.closed:
+                    continue
+                if last >= 0:
+                    replica.raft.persisted(last, term)
+                for message in held:
+                    self._outbox[message.to].append((replica.group, message))
+                self._pending.add(replica)
+            self._drain()
+
+
+def _sync(jobs: list[FlushJob]) -> None:
+    """Runs in the flush thread: make logs and changed hard states durable."""
+    for replica, _last, _term, _held, state in jobs:
+        if replica.closed:
+            continue
+        replica.log.flush()
+        if state is not None:
+            save_state(replica.directory, *state)
