@@ -1,0 +1,50 @@
+"""The asyncio client library: Producer, Consumer and Admin.
+
+async with Producer("127.0.0.1:9092") as producer:
+    metadata = await producer.send_and_wait("demo", b"hello", key=b"k")
+"""
+
+from laminar.client.admin import Admin
+from laminar.client.cluster import Cluster
+from laminar.client.connection import Connection
+from laminar.client.consumer import Consumer
+from laminar.client.descriptions import (
+    ClusterStatus,
+    MemberStatus,
+    Move,
+    PartitionDescription,
+    PartitionStatus,
+    ReplicaStatus,
+    TopicDescription,
+)
+from laminar.client.partitioner import DefaultPartitioner, Partitioner
+from laminar.client.producer import Producer
+from laminar.client.types import (
+    DEFAULT_BOOTSTRAP,
+    ConsumerRecord,
+    FetchedBatches,
+    RecordMetadata,
+    TopicPartition,
+)
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "Admin",
+    "Cluster",
+    "ClusterStatus",
+    "Connection",
+    "Consumer",
+    "ConsumerRecord",
+    "DefaultPartitioner",
+    "FetchedBatches",
+    "MemberStatus",
+    "Move",
+    "PartitionDescription",
+    "PartitionStatus",
+    "Partitioner",
+    "Producer",
+    "RecordMetadata",
+    "ReplicaStatus",
+    "TopicDescription",
+    "TopicPartition",
+]

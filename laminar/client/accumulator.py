@@ -1,0 +1,202 @@
+"""The producer's buffer: records grouped into one open batch per partition.
+
+No I/O and no clock of its own (callers pass ``now``), so linger, size and ordering rules are
+tested without sockets. Ordering rule: at most one batch per partition is in flight, and a
+batch that must be retried goes back to the head of its partition's queue, so retries never
+reorder a partition's records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Iterable
+
+from laminar.client.types import Headers, RecordMetadata, TopicPartition
+from laminar.segment.batch import HEADER_SIZE, build_batch
+
+RECORD_OVERHEAD = 24
+"""Upper estimate of a record's framing bytes (length, attributes, deltas, varint lengths)."""
+
+RecordTuple = tuple[bytes | None, bytes | None, Headers, int]
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+    for name, header_value in headers:
+        size += 10 + len(name) + (len(header_value) if header_value else 0)
+    return size
+
+
+class ProducerBatch:
+    """Records bound for one partition, sent (and retried) as one record batch."""
+
+    __slots__ = (
+        "attempts",
+        "created",
+        "data",
+        "done",
+        "futures",
+        "records",
+        "retry_at",
+        "sequence",
+        "size",
+        "tp",
+    )
+
+    def __init__(self, tp: TopicPartition, created: float, sequence: int) -> None:
+        self.tp = tp
+        self.created = created
+        self.sequence = sequence
+        self.records: list[RecordTuple] = []
+        self.futures: list[asyncio.Future[RecordMetadata]] = []
+        self.size = HEADER_SIZE
+        self.attempts = 0
+        self.retry_at = 0.0
+        self.data: bytes | None = None
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def build(self) -> bytes:
+        """The batch's bytes, built once so every retry sends exactly the same batch."""
+        if self.data is None:
+            self.data = build_batch(self.records)
+        return self.data
+
+    def complete(self, base_offset: int) -> None:
+        topic, partition = self.tp
+        for index, (future, record) in enumerate(zip(self.futures, self.records, strict=True)):
+            if not future.done():
+                offset = base_offset + index if base_offset >= 0 else -1
+                future.set_result(RecordMetadata(topic, partition, offset, record[3]))
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(error)
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+class RecordAccumulator:
+    """Per-partition queues of batches; decides which batches are ready to send."""
+
+    def __init__(self, *, batch_bytes: int, linger: float) -> None:
+        self.batch_bytes = batch_bytes
+        self.linger = linger
+        self.buffered_bytes = 0
+        self.closing = False
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        self._sequence = itertools.count()
+        self._flush_upto = -1
+        self._last_sequence = -1
+
+    def append(
+        self,
+        tp: TopicPartition,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        timestamp_ms: int,
+        now: float,
+    ) -> tuple[asyncio.Future[RecordMetadata], bool]:
+        """Buffer one record; returns its future and whether the sender should look now.
+
+        The sender must look when a batch is created (a new linger deadline) or becomes full.
+        """
+        size = record_size(key, value, headers)
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
+        batch = queue[-1] if queue else None
+        created = False
+        if (
+            batch is None
+            or batch.data is not None
+            or (batch.records and batch.size + size > self.batch_bytes)
+        ):
+            batch = ProducerBatch(tp, now, next(self._sequence))
+            self._last_sequence = batch.sequence
+            queue.append(batch)
+            created = True
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        batch.records.append((key, value, headers, timestamp_ms))
+        batch.futures.append(future)
+        batch.size += size
+        self.buffered_bytes += size
+        return future, created or batch.size >= self.batch_bytes
+
+    def ready(self, now: float) -> tuple[list[ProducerBatch], float | None]:
+        """Head batches to send now (one per idle partition) and when to look again."""
+        ready: list[ProducerBatch] = []
+        wake_at: float | None = None
+        for tp, queue in self._queues.items():
+            if not queue or tp in self._in_flight:
+                continue
+            head = queue[0]
+            due = self._due_at(head, full=len(queue) > 1)
+            if due <= now:
+                ready.append(head)
+            elif wake_at is None or due < wake_at:
+                wake_at = due
+        return ready, wake_at
+
+    def _due_at(self, batch: ProducerBatch, *, full: bool) -> float:
+        if batch.attempts:
+            return batch.retry_at
+        if full or self.closing or batch.size >= self.batch_bytes:
+            return 0.0
+        if batch.sequence <= self._flush_upto:
+            return 0.0
+        return batch.created + self.linger
+
+    def start_sending(self, batches: Iterable[ProducerBatch]) -> None:
+        """Take batches off their queues' heads and mark their partitions busy."""
+        for batch in batches:
+            queue = self._queues[batch.tp]
+            assert queue[0] is batch, "only a partition's head batch can be sent"
+            queue.popleft()
+            batch.build()
+            self._in_flight[batch.tp] = batch
+
+    def requeue(self, batch: ProducerBatch, retry_at: float) -> None:
+        """Put a batch that must be retried back at the head of its partition's queue."""
+        batch.attempts += 1
+        batch.retry_at = retry_at
+        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        self._in_flight.pop(batch.tp, None)
+
+    def finished(self, batch: ProducerBatch) -> None:
+        """A batch was acknowledged or failed for good: free its partition and its bytes."""
+        self._in_flight.pop(batch.tp, None)
+        self.buffered_bytes -= batch.size - HEADER_SIZE
+        queue = self._queues.get(batch.tp)
+        if queue is not None and not queue and batch.tp not in self._in_flight:
+            del self._queues[batch.tp]
+
+    def begin_flush(self) -> list[asyncio.Future[None]]:
+        """Make every batch created so far ready now; their ``done`` futures to wait on."""
+        self._flush_upto = self._last_sequence
+        waiting = [batch.done for queue in self._queues.values() for batch in queue]
+        return waiting + [batch.done for batch in self._in_flight.values()]
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every buffered (not in flight) batch, e.g. when the producer is closed."""
+        for queue in self._queues.values():
+            while queue:
+                batch = queue.popleft()
+                batch.fail(error)
+                self.buffered_bytes -= batch.size - HEADER_SIZE
+        self._queues.clear()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def empty(self) -> bool:
+        return not self._in_flight and not any(self._queues.values())

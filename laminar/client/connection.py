@@ -1,0 +1,167 @@
+"""One TCP connection to one node, with requests pipelined and matched by correlation id.
+
+Responses may come back in any order, so every request gets a future keyed by its correlation
+id; the connection never blocks one request on another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import structlog
+
+from laminar.errors import (
+    NotEnoughReplicasError,
+    NotLeaderError,
+    ProtocolError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.framing import Buffer
+from laminar.protocol import API_VERSION, KIND_REQUEST, KIND_RESPONSE, client_schema, decode
+from laminar.protocol import read_error as read_wire_error
+from laminar.transport import FramedProtocol, split_address
+
+log = structlog.get_logger(__name__)
+
+BodyFiller = Callable[[Any], None]
+"""Fills the Request.body union builder, e.g. ``lambda body: body.init("metadata")``."""
+
+Reply = tuple[Any, memoryview]
+"""(Response reader, frame payload) — the payload holds any record batches."""
+
+RETRIABLE = (
+    NotLeaderError,
+    RequestTimeoutError,
+    NotEnoughReplicasError,
+    UnknownTopicError,
+    UnknownPartitionError,
+    ConnectionError,
+    OSError,
+)
+"""Errors a metadata refresh and another attempt can cure (metadata may lag a topic change)."""
+
+
+class Connection:
+    """A pipelined request/response channel to one node's client listener."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._protocol: FramedProtocol | None = None
+        self._pending: dict[int, asyncio.Future[Reply]] = {}
+        self._ids = itertools.count(1)
+
+    @classmethod
+    async def open(cls, address: str, *, timeout: float = 5.0) -> Connection:
+        """Connect to ``address`` (host:port); ConnectionError with the address on failure."""
+        connection = cls(address)
+        host, port = split_address(address)
+        loop = asyncio.get_running_loop()
+        try:
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: FramedProtocol(connection._on_frame, connection._on_close), host, port
+                ),
+                timeout,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionError(f"cannot connect to {address}: {_reason(exc)}") from None
+        connection._protocol = protocol
+        return connection
+
+    @property
+    def closed(self) -> bool:
+        return self._protocol is None or self._protocol.closed
+
+    async def request(
+        self,
+        fill: BodyFiller,
+        payload_parts: Sequence[Buffer] = (),
+        *,
+        timeout: float | None = 30.0,
+        expect_reply: bool = True,
+    ) -> Reply:
+        """Send one request; return its reply or raise the typed error the node sent.
+
+        With ``expect_reply=False`` (produce with acks=none) the request is written and an empty
+        reply returned at once; a response that arrives anyway is dropped.
+        """
+        protocol = self._protocol
+        if protocol is None or protocol.closed:
+            raise ConnectionError(f"connection to {self.address} is closed")
+        correlation_id = next(self._ids)
+        message = client_schema.Request.new_message()
+        message.correlationId = correlation_id
+        message.apiVersion = API_VERSION
+        fill(message.body)
+        encoded = message.to_bytes()
+        if not expect_reply:
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            await protocol.drain()
+            return None, memoryview(b"")
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending[correlation_id] = future
+        try:
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            await protocol.drain()
+            reply = await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no reply from {self.address} within {timeout:.1f} s"
+            ) from None
+        finally:
+            self._pending.pop(correlation_id, None)
+        error = read_wire_error(reply[0].error)
+        if error is not None:
+            raise error
+        return reply
+
+    def close(self) -> None:
+        if self._protocol is not None:
+            self._protocol.close()
+        self._fail_pending(ConnectionError(f"connection to {self.address} closed"))
+
+    # protocol callbacks ----------------------------------------------------------------
+    def _on_frame(self, kind: int, message: bytes, payload: memoryview) -> None:
+        if kind != KIND_RESPONSE:
+            log.warning("unexpected frame kind from node", address=self.address, kind=kind)
+            return
+        try:
+            response = decode(client_schema.Response, message)
+        except ProtocolError as exc:
+            # A reply we cannot read leaves its request unanswerable: fail everything pending.
+            self._fail_pending(exc)
+            self.close()
+            return
+        future = self._pending.get(response.correlationId)
+        if future is not None and not future.done():
+            future.set_result((response, payload))
+
+    def _on_close(self, exc: Exception | None) -> None:
+        reason = f": {_reason(exc)}" if exc else ""
+        self._fail_pending(ConnectionError(f"connection to {self.address} lost{reason}"))
+
+    def _fail_pending(self, error: BaseException) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+def _reason(exc: BaseException | None) -> str:
+    if exc is None:
+        return "closed"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def is_retriable(error: BaseException) -> bool:
+    """Errors that a metadata refresh and another attempt can cure."""
+    return isinstance(error, RETRIABLE)

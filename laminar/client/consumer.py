@@ -1,0 +1,464 @@
+"""The asyncio consumer: assigned partitions, explicit positions, long-poll fetches.
+
+At most one fetch is in flight per node, covering every assigned partition that node leads and
+that has no records buffered. Results of a fetch that was in flight during a ``seek`` are
+dropped (each partition has an epoch that a seek bumps), so a seek is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import structlog
+
+from laminar.client.cluster import Cluster
+from laminar.client.connection import is_retriable
+from laminar.client.offsets import list_offsets, target_node
+from laminar.client.retry import retrying
+from laminar.client.types import DEFAULT_BOOTSTRAP, ConsumerRecord, FetchedBatches, TopicPartition
+from laminar.errors import LaminarError, NotLeaderError, OffsetOutOfRangeError
+from laminar.protocol import EARLIEST, LATEST, read_error
+from laminar.segment.batch import decode_records, is_control, iter_batches, verify_batch
+
+log = structlog.get_logger(__name__)
+
+RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
+RETRY_BACKOFF = 0.1
+
+
+class Consumer:
+    """Reads assigned partitions from explicit positions; no consumer groups (yet)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        max_wait_ms: int = 500,
+        fetch_max_bytes: int = 4 * 1024 * 1024,
+        partition_max_bytes: int = 1024 * 1024,
+        auto_offset_reset: str = "latest",
+        request_timeout_ms: int = 30_000,
+        check_crcs: bool = True,
+    ) -> None:
+        if auto_offset_reset not in RESETS:
+            raise ValueError(
+                f"auto_offset_reset must be one of {', '.join(RESETS)}, not {auto_offset_reset!r}"
+            )
+        self.bootstrap = bootstrap
+        self.max_wait_ms = max_wait_ms
+        self.fetch_max_bytes = fetch_max_bytes
+        self.partition_max_bytes = partition_max_bytes
+        self.auto_offset_reset = auto_offset_reset
+        self.request_timeout = request_timeout_ms / 1000
+        self.check_crcs = check_crcs
+        self._cluster: Cluster | None = None
+        self._assignment: list[TopicPartition] = []
+        self._fetch_offsets: dict[TopicPartition, int] = {}
+        self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._epochs: dict[TopicPartition, int] = defaultdict(int)
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._log_starts: dict[TopicPartition, int] = {}
+        self._seeked: set[TopicPartition] = set()
+        self._fetches: dict[int, asyncio.Task[None]] = {}
+        self._arrived = asyncio.Event()
+        self._backoff_until: dict[TopicPartition, float] = {}
+        self._error: BaseException | None = None
+        self._rotation = 0
+        self._refreshing: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._cluster is None:
+            self._cluster = await Cluster.connect(
+                self.bootstrap, request_timeout=self.request_timeout + self.max_wait_ms / 1000
+            )
+
+    async def close(self) -> None:
+        self._closed = True
+        tasks = list(self._fetches.values())
+        if self._refreshing is not None:
+            tasks.append(self._refreshing)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._fetches.clear()
+        if self._cluster is not None:
+            self._cluster.close()
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def cluster(self) -> Cluster:
+        if self._cluster is None or self._closed:
+            raise RuntimeError("consumer is not started or already closed")
+        return self._cluster
+
+    # assignment and positions ------------------------------------------------------------
+    async def assign(self, partitions: Sequence[TopicPartition]) -> None:
+        """Read exactly these partitions; new ones start per ``auto_offset_reset``."""
+        cluster = self.cluster
+        wanted = [TopicPartition(*tp) for tp in partitions]
+        for tp in wanted:
+            await cluster.wait_for_topic(tp.topic, 5.0)
+            cluster.leader_for(tp)  # UnknownPartitionError for a partition that is not there
+        for tp in list(self._assignment):
+            if tp not in wanted:
+                self._forget(tp)
+        new = [tp for tp in wanted if tp not in self._fetch_offsets]
+        self._assignment = list(dict.fromkeys(wanted))
+        if new:
+            reset = RESETS[self.auto_offset_reset]
+            await self._seek_to(new, LATEST if reset is None else reset)
+
+    async def subscribe(self, topic: str) -> None:
+        """Assign every partition of ``topic`` (on top of what is assigned already)."""
+        description = await self.cluster.wait_for_topic(topic, 5.0)
+        tps = [TopicPartition(topic, p.partition) for p in description.partitions]
+        await self.assign([*self._assignment, *(tp for tp in tps if tp not in self._assignment)])
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assignment)
+
+    def position(self, tp: TopicPartition) -> int:
+        """Offset of the next record this consumer returns for ``tp``."""
+        buffered = self._buffers.get(tp)
+        if buffered:
+            return buffered[0].offset
+        try:
+            return self._fetch_offsets[tp]
+        except KeyError:
+            raise ValueError(f"{tp} is not assigned to this consumer") from None
+
+    def high_watermark(self, tp: TopicPartition) -> int | None:
+        """The committed end of ``tp`` as of the last fetch (None before any fetch)."""
+        return self._high_watermarks.get(tp)
+
+    async def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Continue ``tp`` from ``offset`` (checked by the node at the next fetch)."""
+        tp = TopicPartition(*tp)
+        if tp not in self._fetch_offsets:
+            raise ValueError(f"{tp} is not assigned to this consumer")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, not {offset}")
+        self._set_position(tp, offset)
+        self._seeked.add(tp)
+
+    async def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        await self._seek_to(list(tps) or self._assignment, EARLIEST)
+
+    async def seek_to_end(self, *tps: TopicPartition) -> None:
+        await self._seek_to(list(tps) or self._assignment, LATEST)
+
+    async def seek_to_timestamp(
+        self, tps: TopicPartition | Sequence[TopicPartition] | None, timestamp_ms: int
+    ) -> None:
+        """Move to the first record with timestamp >= ``timestamp_ms`` (end if none)."""
+        if tps is None:
+            targets = list(self._assignment)
+        elif isinstance(tps, TopicPartition):
+            targets = [tps]
+        else:
+            targets = list(tps)
+        if timestamp_ms < 0:
+            raise ValueError(f"timestamp must be >= 0 ms, not {timestamp_ms}")
+        await self._seek_to(targets, timestamp_ms)
+
+    async def _seek_to(self, tps: list[TopicPartition], timestamp: int) -> None:
+        tps = [TopicPartition(*tp) for tp in tps]
+        offsets = await list_offsets(self.cluster, tps, timestamp)
+        missing = [tp for tp, offset in offsets.items() if offset < 0]
+        if missing:
+            # No record at or after the timestamp: start at the end, like Kafka.
+            offsets.update(await list_offsets(self.cluster, missing, LATEST))
+        for tp, offset in offsets.items():
+            self._set_position(tp, offset)
+            self._seeked.discard(tp)
+
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        self._fetch_offsets[tp] = offset
+        self._buffers.pop(tp, None)
+        self._epochs[tp] += 1
+        self._backoff_until.pop(tp, None)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        self._fetch_offsets.pop(tp, None)
+        self._buffers.pop(tp, None)
+        self._epochs[tp] += 1
+        self._high_watermarks.pop(tp, None)
+        self._log_starts.pop(tp, None)
+        self._seeked.discard(tp)
+
+    # reading -----------------------------------------------------------------------------
+    async def getmany(
+        self, timeout_ms: float | None = None, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """Records from every assigned partition, waiting up to ``timeout_ms`` for some.
+
+        Returns an empty list when nothing arrived in time. Raises the error of a partition
+        that cannot go on (e.g. its position fell out of range with auto_offset_reset="none").
+        """
+        self.cluster  # noqa: B018 - raises if not started
+        loop = asyncio.get_running_loop()
+        wait = self.max_wait_ms if timeout_ms is None else timeout_ms
+        deadline = loop.time() + wait / 1000
+        while True:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            records = self._drain(max_records)
+            if records:
+                return records
+            self._start_fetches()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return []
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), remaining)
+
+    def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord:
+        while not self._closed:
+            records = await self.getmany(max_records=1)
+            if records:
+                return records[0]
+        raise StopAsyncIteration
+
+    def _drain(self, max_records: int | None) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        limit = max_records if max_records is not None else 1 << 62
+        count = len(self._assignment)
+        for step in range(count):
+            index = (self._rotation + step) % count
+            buffered = self._buffers.get(self._assignment[index])
+            while buffered and len(out) < limit:
+                out.append(buffered.popleft())
+            if len(out) >= limit:
+                # Start after this partition next time so a busy one cannot starve the rest.
+                self._rotation = (index + 1) % count
+                break
+        return out
+
+    def _start_fetches(self) -> None:
+        cluster = self.cluster
+        now = time.monotonic()
+        by_node: dict[int, list[TopicPartition]] = defaultdict(list)
+        for tp in self._assignment:
+            if self._buffers.get(tp) or self._backoff_until.get(tp, 0.0) > now:
+                continue
+            try:
+                node = target_node(cluster, tp)
+            except (ConnectionError, LaminarError):
+                self._refresh_later(tp)
+                continue
+            by_node[node].append(tp)
+        for node, tps in by_node.items():
+            if node in self._fetches:
+                continue
+            task = asyncio.create_task(self._fetch(node, tps))
+            self._fetches[node] = task
+
+    def _refresh_later(self, tp: TopicPartition) -> None:
+        self._backoff_until[tp] = time.monotonic() + RETRY_BACKOFF
+        asyncio.get_running_loop().call_later(RETRY_BACKOFF, self._arrived.set)
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._quiet_refresh())
+
+    async def _quiet_refresh(self) -> None:
+        try:
+            await self.cluster.refresh_metadata()
+        except (ConnectionError, LaminarError, RuntimeError) as exc:
+            log.debug("metadata refresh failed", error=str(exc))
+
+    async def _fetch(self, node_id: int, tps: list[TopicPartition]) -> None:
+        offsets = {tp: (self._fetch_offsets[tp], self._epochs[tp]) for tp in tps}
+        try:
+            reply, payload = await self._fetch_request(
+                node_id,
+                [(tp, offsets[tp][0]) for tp in tps],
+                max_wait_ms=self.max_wait_ms,
+                partition_max_bytes=self.partition_max_bytes,
+                fetch_max_bytes=self.fetch_max_bytes,
+            )
+        except (ConnectionError, OSError, LaminarError) as exc:
+            log.debug("fetch failed", node=node_id, error=str(exc))
+            if isinstance(exc, ConnectionError | OSError):
+                address = self.cluster.metadata.brokers.get(node_id)
+                if address:
+                    self.cluster.drop_connection(address)
+            for tp in tps:
+                self._refresh_later(tp)
+            return
+        finally:
+            self._fetches.pop(node_id, None)
+            self._arrived.set()
+        for result in reply.body.fetch.results:
+            tp = TopicPartition(result.topic, result.partition)
+            if tp not in offsets or self._epochs[tp] != offsets[tp][1]:
+                continue  # sought or unassigned while the fetch was in flight
+            self._take_result(tp, offsets[tp][0], result, payload)
+
+    def _take_result(
+        self, tp: TopicPartition, offset: int, result: Any, payload: memoryview
+    ) -> None:
+        error = read_error(result.error)
+        if error is not None:
+            self._handle_fetch_error(tp, offset, error)
+            return
+        self._high_watermarks[tp] = result.highWatermark
+        self._log_starts[tp] = result.logStart
+        start = result.payloadOffset
+        data = payload[start : start + result.payloadLength]
+        records, next_offset = self._decode(tp, offset, data)
+        if records:
+            self._buffers[tp] = deque(records)
+        self._fetch_offsets[tp] = next_offset
+        self._seeked.discard(tp)
+
+    def _decode(
+        self, tp: TopicPartition, offset: int, data: memoryview
+    ) -> tuple[list[ConsumerRecord], int]:
+        records: list[ConsumerRecord] = []
+        next_offset = offset
+        topic, partition = tp
+        for position, header in iter_batches(data):
+            batch = data[position : position + header.batch_length]
+            if self.check_crcs:
+                verify_batch(batch)
+            last = header.base_offset + header.last_offset_delta
+            if last < next_offset:
+                continue
+            if not is_control(header):
+                for record in decode_records(batch):
+                    if record.offset >= next_offset:
+                        records.append(
+                            ConsumerRecord(
+                                topic,
+                                partition,
+                                record.offset,
+                                record.timestamp,
+                                record.key,
+                                record.value,
+                                record.headers,
+                            )
+                        )
+            next_offset = last + 1
+        return records, next_offset
+
+    def _handle_fetch_error(self, tp: TopicPartition, offset: int, error: LaminarError) -> None:
+        if isinstance(error, NotLeaderError):
+            if not self.cluster.note_leader(tp, error.leader_id, error.leader_address):
+                self._refresh_later(tp)
+            return
+        if isinstance(error, OffsetOutOfRangeError):
+            self._out_of_range(tp, offset, error)
+            return
+        if is_retriable(error):
+            self._refresh_later(tp)
+            return
+        self._error = error
+
+    def _out_of_range(self, tp: TopicPartition, offset: int, error: OffsetOutOfRangeError) -> None:
+        reset = RESETS[self.auto_offset_reset]
+        behind = offset < error.start
+        if not behind and tp not in self._seeked:
+            # Reached by reading, so the data exists: a new leader's commit point is catching
+            # up. Resetting would re-deliver or skip records; wait instead.
+            self._backoff_until[tp] = time.monotonic() + RETRY_BACKOFF
+            asyncio.get_running_loop().call_later(RETRY_BACKOFF, self._arrived.set)
+            return
+        if reset is None:
+            self._error = OffsetOutOfRangeError(offset, error.start, error.end)
+            return
+        target = error.start if reset == EARLIEST else error.end
+        log.warning(
+            "offset out of range, resetting",
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=offset,
+            reset_to=target,
+            policy=self.auto_offset_reset,
+        )
+        self._set_position(tp, target)
+        self._seeked.discard(tp)
+
+    async def _fetch_request(
+        self,
+        node_id: int,
+        positions: list[tuple[TopicPartition, int]],
+        *,
+        max_wait_ms: int,
+        partition_max_bytes: int,
+        fetch_max_bytes: int,
+    ) -> tuple[Any, memoryview]:
+        def fill(body: Any) -> None:
+            request = body.init("fetch")
+            request.maxWaitMs = max_wait_ms
+            request.minBytes = 1
+            request.maxBytes = fetch_max_bytes
+            parts = request.init("partitions", len(positions))
+            for part, (tp, offset) in zip(parts, positions, strict=True):
+                part.topic = tp.topic
+                part.partition = tp.partition
+                part.offset = offset
+                part.maxBytes = partition_max_bytes
+
+        connection = await self.cluster.connection(node_id)
+        return await connection.request(fill, timeout=self.request_timeout + max_wait_ms / 1000)
+
+    # low level ---------------------------------------------------------------------------
+    async def fetch_batches(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_wait_ms: int = 0,
+        node_id: int | None = None,
+    ) -> FetchedBatches:
+        """Whole batches from ``offset`` on, as stored (control batches included).
+
+        Independent of the assignment. Goes to the leader (following leader changes) unless
+        ``node_id`` names a replica to read from. Raises OffsetOutOfRangeError.
+        """
+        tp = TopicPartition(*tp)
+        cluster = self.cluster
+
+        async def attempt() -> FetchedBatches:
+            node = node_id if node_id is not None else target_node(cluster, tp)
+            reply, payload = await self._fetch_request(
+                node,
+                [(tp, offset)],
+                max_wait_ms=max_wait_ms,
+                partition_max_bytes=max_bytes,
+                fetch_max_bytes=max_bytes,
+            )
+            for result in reply.body.fetch.results:
+                if (result.topic, result.partition) != tp:
+                    continue
+                error = read_error(result.error)
+                if error is not None:
+                    if isinstance(error, OffsetOutOfRangeError):
+                        raise OffsetOutOfRangeError(offset, error.start, error.end)
+                    raise error
+                start = result.payloadOffset
+                data = bytes(payload[start : start + result.payloadLength])
+                return FetchedBatches(data, result.highWatermark, result.logStart)
+            raise LaminarError(f"node {node} sent no fetch result for {tp}")
+
+        if node_id is not None:
+            return await attempt()
+        return await retrying(cluster, attempt)

@@ -1,0 +1,157 @@
+"""Plain-Python views of metadata and cluster status, copied out of Cap'n Proto readers.
+
+Readers must not outlive their buffers, so everything a user or the metadata cache keeps is
+converted here into dataclasses first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True, frozen=True)
+class PartitionDescription:
+    partition: int
+    leader: int
+    """Node id of the leader; 0 while none is known (an election is running)."""
+    replicas: tuple[int, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class TopicDescription:
+    name: str
+    topic_id: int
+    partitions: tuple[PartitionDescription, ...]
+    replication_factor: int
+    retention_ms: int | None
+    """None: the node default; -1: kept forever."""
+    retention_bytes: int | None
+    segment_bytes: int | None
+    segment_ms: int | None
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterMetadata:
+    brokers: dict[int, str]
+    topics: dict[str, TopicDescription]
+    metadata_leader: int
+    missing: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class MemberStatus:
+    node_id: int
+    address: str
+    state: str
+    incarnation: int
+    metadata_voter: bool
+    replicas: int
+    leaders: int
+
+
+@dataclass(slots=True, frozen=True)
+class ReplicaStatus:
+    node_id: int
+    match_offset: int
+    lag: int
+
+
+@dataclass(slots=True, frozen=True)
+class PartitionStatus:
+    topic: str
+    partition: int
+    leader: int
+    term: int
+    start_offset: int
+    high_watermark: int
+    end_offset: int
+    replicas: tuple[ReplicaStatus, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Move:
+    topic: str
+    partition: int
+    from_node: int
+    to_node: int
+    stage: str
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterStatus:
+    members: tuple[MemberStatus, ...]
+    partitions: tuple[PartitionStatus, ...]
+    metadata_leader: int
+    moves: tuple[Move, ...] = field(default=())
+
+
+def _optional(value: int) -> int | None:
+    return value if value != 0 else None
+
+
+def topic_from_reader(info: Any) -> TopicDescription:
+    spec = info.spec
+    partitions = tuple(
+        sorted(
+            (
+                PartitionDescription(p.partition, p.leader, tuple(p.replicas))
+                for p in info.partitions
+            ),
+            key=lambda p: p.partition,
+        )
+    )
+    return TopicDescription(
+        name=spec.name,
+        topic_id=info.topicId,
+        partitions=partitions,
+        replication_factor=spec.replicationFactor,
+        retention_ms=_optional(spec.retentionMs),
+        retention_bytes=_optional(spec.retentionBytes),
+        segment_bytes=_optional(spec.segmentBytes),
+        segment_ms=_optional(spec.segmentMs),
+    )
+
+
+def metadata_from_reader(metadata: Any) -> ClusterMetadata:
+    return ClusterMetadata(
+        brokers={broker.nodeId: broker.address for broker in metadata.brokers},
+        topics={info.spec.name: topic_from_reader(info) for info in metadata.topics},
+        metadata_leader=metadata.metadataLeader,
+        missing=tuple(metadata.missing),
+    )
+
+
+def status_from_reader(status: Any) -> ClusterStatus:
+    members = tuple(
+        MemberStatus(
+            node_id=m.nodeId,
+            address=m.address,
+            state=m.state,
+            incarnation=m.incarnation,
+            metadata_voter=m.metadataVoter,
+            replicas=m.replicas,
+            leaders=m.leaders,
+        )
+        for m in status.members
+    )
+    partitions = tuple(
+        PartitionStatus(
+            topic=p.topic,
+            partition=p.partition,
+            leader=p.leader,
+            term=p.term,
+            start_offset=p.startOffset,
+            high_watermark=p.highWatermark,
+            end_offset=p.endOffset,
+            replicas=tuple(ReplicaStatus(r.nodeId, r.matchOffset, r.lag) for r in p.replicas),
+        )
+        for p in status.partitions
+    )
+    moves = tuple(Move(m.topic, m.partition, m.fromNode, m.toNode, m.stage) for m in status.moves)
+    return ClusterStatus(
+        members=tuple(sorted(members, key=lambda m: m.node_id)),
+        partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))),
+        metadata_leader=status.metadataLeader,
+        moves=moves,
+    )

@@ -1,0 +1,45 @@
+"""Choosing a partition for a record.
+
+Keyed records go to ``crc32c(key) % partitions``: stable across processes, machines and Python
+versions (unlike ``hash()``), so one key always lands in one partition and stays ordered.
+Unkeyed records stick to one partition until its batch is closed, then move on (Kafka's sticky
+partitioner): batches fill up instead of spreading a trickle of records over every partition.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+import crc32c
+
+Partitioner = Callable[[str, bytes | None, int], int]
+"""A user partitioner: (topic, key, partition count) -> partition number."""
+
+
+def key_partition(key: bytes, num_partitions: int) -> int:
+    return crc32c.crc32c(key) % num_partitions
+
+
+class DefaultPartitioner:
+    """Hash of the key, else a sticky partition per topic that moves when a batch closes."""
+
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+        self._sticky: dict[str, int] = {}
+
+    def __call__(self, topic: str, key: bytes | None, num_partitions: int) -> int:
+        if key is not None:
+            return key_partition(key, num_partitions)
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky >= num_partitions:
+            sticky = self._rng.randrange(num_partitions)
+            self._sticky[topic] = sticky
+        return sticky
+
+    def batch_closed(self, topic: str, partition: int, num_partitions: int) -> None:
+        """Move the topic's sticky partition elsewhere once its current batch is closed."""
+        if self._sticky.get(topic) != partition or num_partitions <= 1:
+            return
+        choice = self._rng.randrange(num_partitions - 1)
+        self._sticky[topic] = choice if choice < partition else choice + 1

@@ -1,0 +1,350 @@
+"""The asyncio producer: buffer records per partition, send batches to partition leaders.
+
+``send`` only buffers; one sender task turns ready batches into one produce request per leader
+node. A batch that hits a retriable error (not leader, timeout, lost connection) goes back to
+the head of its partition's queue after a metadata refresh and a backoff, so per-partition order
+holds. Retrying after a timeout can duplicate a batch the node did write: delivery is
+at-least-once until the idempotent producer exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from laminar.client.accumulator import ProducerBatch, RecordAccumulator
+from laminar.client.cluster import Cluster
+from laminar.client.connection import is_retriable
+from laminar.client.partitioner import DefaultPartitioner, Partitioner
+from laminar.client.types import DEFAULT_BOOTSTRAP, Headers, RecordMetadata, TopicPartition
+from laminar.errors import LaminarError, NotLeaderError, UnknownPartitionError
+from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
+
+log = structlog.get_logger(__name__)
+
+
+def _as_bytes(name: str, value: object) -> bytes | None:
+    if value is None or type(value) is bytes:
+        return value  # type: ignore[return-value]
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{name} must be bytes or None, not {type(value).__name__}")
+
+
+def _check_headers(headers: Headers) -> Headers:
+    for item in headers:
+        if (
+            not isinstance(item, tuple)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not (item[1] is None or isinstance(item[1], bytes))
+        ):
+            raise TypeError(f"header {item!r} is not a (str, bytes | None) pair")
+    return headers
+
+
+class Producer:
+    """Batches records per partition and delivers them to partition leaders with retries."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        acks: str = "all",
+        linger_ms: float = 5,
+        batch_bytes: int = 256 * 1024,
+        buffer_bytes: int = 32 * 1024 * 1024,
+        retries: int = 10,
+        retry_backoff_ms: float = 100,
+        request_timeout_ms: int = 30_000,
+        metadata_timeout_ms: int = 5_000,
+        partitioner: Partitioner | None = None,
+    ) -> None:
+        if acks not in ACKS_BY_NAME:
+            raise ValueError(f"acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
+        if batch_bytes <= 0 or buffer_bytes < batch_bytes:
+            raise ValueError("batch_bytes must be positive and at most buffer_bytes")
+        self.bootstrap = bootstrap
+        self.acks = ACKS_BY_NAME[acks]
+        self.retries = retries
+        self.retry_backoff = retry_backoff_ms / 1000
+        self.request_timeout = request_timeout_ms / 1000
+        self.metadata_timeout = metadata_timeout_ms / 1000
+        self.buffer_bytes = buffer_bytes
+        self._batch_bytes = batch_bytes
+        self._linger = linger_ms / 1000
+        self._default_partitioner = DefaultPartitioner() if partitioner is None else None
+        self._partitioner: Partitioner = partitioner or self._default_partitioner  # type: ignore[assignment]
+        self._cluster: Cluster | None = None
+        self._accumulator: RecordAccumulator | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+        self._space = asyncio.Event()
+        self._requests: set[asyncio.Task[None]] = set()
+        self._refreshing: asyncio.Task[Any] | None = None
+        self._closed = False
+
+    # lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Connect and load metadata; ConnectionError if no bootstrap node answers."""
+        if self._cluster is not None:
+            return
+        self._cluster = await Cluster.connect(
+            self.bootstrap, request_timeout=self.request_timeout + 5
+        )
+        self._accumulator = RecordAccumulator(batch_bytes=self._batch_bytes, linger=self._linger)
+        self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
+
+    async def close(self) -> None:
+        """Deliver everything buffered (as far as retries allow), then disconnect."""
+        if self._closed or self._cluster is None:
+            self._closed = True
+            return
+        self._closed = True
+        accumulator = self._accumulator
+        assert accumulator is not None and self._sender is not None
+        accumulator.closing = True
+        self._wakeup.set()
+        try:
+            await self._sender
+        finally:
+            if self._refreshing is not None:
+                self._refreshing.cancel()
+            self._cluster.close()
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # sending -----------------------------------------------------------------------------
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Buffer one record; the returned future resolves when the record is acknowledged.
+
+        Waits only while the buffer is full (back-pressure) or the topic's metadata is loading.
+        """
+        accumulator = self._accumulator
+        if accumulator is None or self._closed:
+            raise RuntimeError("producer is not started or already closed")
+        value = _as_bytes("value", value)
+        key = _as_bytes("key", key)
+        headers = _check_headers(headers)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        count = await self._partition_count(topic)
+        if partition is None:
+            partition = self._partitioner(topic, key, count)
+        if not 0 <= partition < count:
+            raise UnknownPartitionError(
+                f"topic {topic!r} has no partition {partition} (it has {count})"
+            )
+        while accumulator.buffered_bytes >= self.buffer_bytes:
+            self._space.clear()
+            await self._space.wait()
+            if self._closed:
+                raise RuntimeError("producer closed while waiting for buffer space")
+        loop = asyncio.get_running_loop()
+        tp = TopicPartition(topic, partition)
+        future, look = accumulator.append(tp, key, value, headers, timestamp_ms, loop.time())
+        if look:
+            self._wakeup.set()
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        """Send one record and wait for its acknowledgement (this ignores linger)."""
+        future = await self.send(
+            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+        )
+        if not future.done():
+            await self.flush()
+        return await future
+
+    async def flush(self) -> None:
+        """Send everything buffered now and wait until each batch is acknowledged or failed."""
+        accumulator = self._accumulator
+        if accumulator is None:
+            return
+        waiting = accumulator.begin_flush()
+        self._wakeup.set()
+        if waiting:
+            await asyncio.gather(*waiting)
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        await self._partition_count(topic)
+        assert self._cluster is not None
+        return self._cluster.partitions_for(topic)
+
+    async def _partition_count(self, topic: str) -> int:
+        cluster = self._cluster
+        assert cluster is not None
+        description = cluster.metadata.topics.get(topic)
+        if description is None:
+            description = await cluster.wait_for_topic(topic, self.metadata_timeout)
+        return len(description.partitions)
+
+    # the sender task ---------------------------------------------------------------------
+    async def _run_sender(self) -> None:
+        accumulator = self._accumulator
+        cluster = self._cluster
+        assert accumulator is not None and cluster is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            self._wakeup.clear()
+            now = loop.time()
+            batches, wake_at = accumulator.ready(now)
+            by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
+            for batch in batches:
+                self._batch_closed(batch)
+                try:
+                    leader = cluster.leader_for(batch.tp)
+                except LaminarError as exc:
+                    accumulator.start_sending([batch])
+                    self._retry_or_fail(batch, exc)
+                    continue
+                if leader:
+                    by_node[leader].append(batch)
+                else:
+                    accumulator.start_sending([batch])
+                    self._retry_or_fail(batch, NotLeaderError(f"{batch.tp} has no leader yet"))
+            for node_id, group in by_node.items():
+                accumulator.start_sending(group)
+                task = asyncio.create_task(self._produce(node_id, group))
+                self._requests.add(task)
+                task.add_done_callback(self._requests.discard)
+            if accumulator.closing and accumulator.empty():
+                return
+            if batches:
+                continue  # retries put back just now may already be due
+            timeout = None if wake_at is None else max(wake_at - now, 0.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def _batch_closed(self, batch: ProducerBatch) -> None:
+        if self._default_partitioner is not None and not batch.attempts:
+            count = len(self._cluster.topic(batch.tp.topic).partitions) if self._cluster else 0
+            self._default_partitioner.batch_closed(batch.tp.topic, batch.tp.partition, count)
+
+    async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
+        cluster = self._cluster
+        assert cluster is not None
+        acks = self.acks
+        timeout_ms = int(self.request_timeout * 1000)
+
+        def fill(body: Any) -> None:
+            request = body.init("produce")
+            request.acks = acks
+            request.timeoutMs = timeout_ms
+            refs = request.init("batches", len(batches))
+            offset = 0
+            for ref, batch in zip(refs, batches, strict=True):
+                assert batch.data is not None
+                ref.topic = batch.tp.topic
+                ref.partition = batch.tp.partition
+                ref.payloadOffset = offset
+                ref.payloadLength = len(batch.data)
+                offset += len(batch.data)
+
+        payload = [batch.data for batch in batches if batch.data is not None]
+        try:
+            connection = await cluster.connection(node_id)
+            if acks == ACKS_NONE:
+                await connection.request(fill, payload, expect_reply=False)
+                for batch in batches:
+                    self._done(batch, None, -1)
+                return
+            reply, _ = await connection.request(fill, payload, timeout=self.request_timeout + 5)
+        except (ConnectionError, OSError, LaminarError) as exc:
+            if isinstance(exc, ConnectionError | OSError):
+                address = cluster.metadata.brokers.get(node_id)
+                if address:
+                    cluster.drop_connection(address)
+            for batch in batches:
+                self._retry_or_fail(batch, exc)
+            return
+        finally:
+            self._wakeup.set()
+        answers = {(r.topic, r.partition): r for r in reply.body.produce.results}
+        for batch in batches:
+            result = answers.get(batch.tp)
+            if result is None:
+                self._retry_or_fail(
+                    batch, LaminarError(f"node {node_id} did not answer {batch.tp}")
+                )
+                continue
+            self._done(batch, read_error(result.error), result.baseOffset)
+
+    def _done(self, batch: ProducerBatch, error: LaminarError | None, base_offset: int) -> None:
+        if error is not None:
+            self._retry_or_fail(batch, error)
+            return
+        batch.complete(base_offset)
+        self._release(batch)
+
+    def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
+        accumulator = self._accumulator
+        cluster = self._cluster
+        assert accumulator is not None and cluster is not None
+        if is_retriable(error) and batch.attempts < self.retries:
+            delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
+            if isinstance(error, NotLeaderError) and cluster.note_leader(
+                batch.tp, error.leader_id, error.leader_address
+            ):
+                delay = 0.0  # the node named the new leader: go there at once
+            else:
+                self._refresh_metadata()
+            log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts + 1, error=str(error))
+            accumulator.requeue(batch, asyncio.get_running_loop().time() + delay)
+            self._wakeup.set()
+            return
+        log.warning(
+            "batch failed", topic=batch.tp.topic, partition=batch.tp.partition, error=str(error)
+        )
+        batch.fail(error)
+        self._release(batch)
+
+    def _release(self, batch: ProducerBatch) -> None:
+        assert self._accumulator is not None
+        self._accumulator.finished(batch)
+        if self._accumulator.buffered_bytes < self.buffer_bytes:
+            self._space.set()
+
+    def _refresh_metadata(self) -> None:
+        if self._refreshing is not None and not self._refreshing.done():
+            return
+        cluster = self._cluster
+        assert cluster is not None
+
+        async def refresh() -> None:
+            try:
+                await cluster.refresh_metadata()
+            except (ConnectionError, LaminarError) as exc:
+                log.debug("metadata refresh failed", error=str(exc))
+            self._wakeup.set()
+
+        self._refreshing = asyncio.create_task(refresh())
