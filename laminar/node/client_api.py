@@ -200,11 +200,16 @@ class ClientServer:
                 header = record_batch.verify_batch(data, self.node.config.max_batch_bytes)
                 if record_batch.is_control(header):
                     raise InvalidRequestError("clients may not produce control batches")
-                base, last = replica.raft.propose(data, header.record_count)
+                earlier = replica.storage.producers.find(header)
+                if earlier is not None:  # a retry of a batch this log already holds
+                    base, last = earlier.base_offset, earlier.last_offset
+                else:
+                    base, last = replica.raft.propose(data, header.record_count)
+                    replica.storage.producers.record(header, base, last)
                 slot.baseOffset = base
                 slot.lastOffset = last
                 touched.add(replica)
-                if acks == ACKS_ALL:
+                if acks == ACKS_ALL and last > replica.raft.commit:
                     waiter = Waiter(last, asyncio.get_running_loop().create_future())
                     replica.commit_waiters.append(waiter)
                     waits.append((position, waiter))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 
 from laminar.errors import OffsetOutOfRangeError
+from laminar.node.producers import ProducerTable
 from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
 from laminar.segment import batch as record_batch
 from laminar.segment.log import PartitionLog
@@ -43,10 +44,12 @@ def batch_to_entry(view: memoryview) -> Entry:
 class LogStorage:
     """Implements the Raft core's Storage protocol over a PartitionLog."""
 
-    __slots__ = ("log",)
+    __slots__ = ("log", "producers")
 
     def __init__(self, log: PartitionLog) -> None:
         self.log = log
+        self.producers = ProducerTable()
+        self.producers.rebuild(log)
 
     def first_index(self) -> int:
         return self.log.start_offset
@@ -71,11 +74,16 @@ class LogStorage:
         log = self.log
         for entry in entries:
             if entry.index < log.end_offset:
-                log.truncate(entry.index)
-            log.append_stamped(entry_to_batch(entry))
+                self.truncate(entry.index)
+            data = entry_to_batch(entry)
+            log.append_stamped(data)
+            if entry.kind == EntryKind.NORMAL:
+                self.producers.record(record_batch.read_header(data), entry.index, entry.last)
 
     def truncate(self, index: int) -> None:
         self.log.truncate(index)
+        self.producers.truncate(index)
 
     def reset(self, start: int, prev_term: int) -> None:
         self.log.reset(start, prev_term)
+        self.producers.clear()

@@ -1,0 +1,80 @@
+"""Idempotent produce: remember recent (producer id, sequence) -> offsets per partition.
+
+A producer stamps every batch with its producer id and a per-partition base sequence, and a
+retry resends the very same bytes. Every replica records the sequences of the batches it
+appends (leader and followers alike), so after a failover the new leader recognises a retried
+batch that already reached its log and answers with the original offsets instead of writing it
+twice. Truncation forgets what it removes; a restart rebuilds the table from the log's tail.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+from laminar.segment.batch import BatchHeader, read_header
+from laminar.segment.log import PartitionLog
+
+KEEP_PER_PRODUCER = 8
+REBUILD_WINDOW_OFFSETS = 500_000
+
+
+@dataclass(slots=True, frozen=True)
+class Written:
+    base_sequence: int
+    base_offset: int
+    last_offset: int
+
+
+class ProducerTable:
+    __slots__ = ("_producers",)
+
+    def __init__(self) -> None:
+        self._producers: dict[int, collections.deque[Written]] = {}
+
+    def record(self, header: BatchHeader, base_offset: int, last_offset: int) -> None:
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return
+        written = self._producers.get(header.producer_id)
+        if written is None:
+            written = self._producers[header.producer_id] = collections.deque(
+                maxlen=KEEP_PER_PRODUCER
+            )
+        for entry in written:
+            if entry.base_sequence == header.base_sequence:
+                return
+        written.append(Written(header.base_sequence, base_offset, last_offset))
+
+    def find(self, header: BatchHeader) -> Written | None:
+        """The earlier write of this batch, if it is a retry of one this log holds."""
+        if header.producer_id < 0 or header.base_sequence < 0:
+            return None
+        for entry in self._producers.get(header.producer_id, ()):
+            if entry.base_sequence == header.base_sequence:
+                return entry
+        return None
+
+    def truncate(self, offset: int) -> None:
+        for producer_id, written in list(self._producers.items()):
+            kept = [w for w in written if w.last_offset < offset]
+            if len(kept) != len(written):
+                written.clear()
+                written.extend(kept)
+            if not written:
+                del self._producers[producer_id]
+
+    def clear(self) -> None:
+        self._producers.clear()
+
+    def rebuild(self, log: PartitionLog) -> None:
+        """Re-learn recent sequences from batch headers at the log's tail (after a restart)."""
+        self.clear()
+        offset = max(log.start_offset, log.end_offset - REBUILD_WINDOW_OFFSETS)
+        while offset < log.end_offset:
+            views = log.batches(offset, log.end_offset, 8 << 20)
+            if not views:
+                break
+            for view in views:
+                header = read_header(view)
+                self.record(header, header.base_offset, header.last_offset)
+                offset = header.next_offset
