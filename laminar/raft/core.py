@@ -1,0 +1,1019 @@
+"""The Raft state machine: sans-I/O, deterministic, one instance per Raft group.
+
+Inputs are method calls (``step``, ``tick``, ``propose``, ...); outputs are collected into a
+``Ready`` the driver takes with ``ready()`` and acknowledges with ``advance()``. Calls must not be
+interleaved between ``ready()`` and ``advance()``. Nothing in here does I/O, reads a clock or
+draws randomness other than from the node's own seeded ``random.Random``.
+
+Message fields by type (offsets are partition offsets; an entry occupies [index, last]):
+
+* APPEND: ``index``/``log_term`` = offset and term just before ``entries``; ``commit``.
+* APPEND_RESP: ``index`` = highest offset now matching (success) or the rejected ``index``;
+  ``reject_hint``/``log_term`` = the follower's suggestion where to probe next and its term;
+  ``commit`` = the follower's commit.
+* VOTE/PRE_VOTE: ``index``/``log_term`` = candidate's last offset and its term; ``context``
+  = b"transfer" when a leader transfer forces the election. *_RESP: ``reject``.
+* HEARTBEAT: ``commit`` (capped at the follower's match), ``context`` = read-index round,
+  ``quiesce``. HEARTBEAT_RESP echoes ``context`` and reports ``commit``.
+* TIMEOUT_NOW: start an election now (leader transfer).
+* RESET: the follower's needed entries are gone from the leader's log: reset the log to start
+  at ``index + 1`` with ``log_term`` as the term before it; ``context`` = the leader's committed
+  configuration as of offset ``commit``. Answered with APPEND_RESP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections import deque
+
+from laminar.errors import InvalidRequestError
+from laminar.raft.confchange import apply_change, decode_conf, encode_conf
+from laminar.raft.log import RaftLog
+from laminar.raft.progress import PROBE, REPLICATE, RESET, Progress
+from laminar.raft.quorum import VoteResult, committed_index, has_quorum, vote_result
+from laminar.raft.storage import CompactedError, Storage, UnavailableError
+from laminar.raft.types import (
+    ConfChange,
+    ConfChangeRejected,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    Message,
+    MessageType,
+    NotLeader,
+    PeerStatus,
+    ProposalDropped,
+    RaftConfig,
+    Ready,
+    Role,
+    Status,
+)
+
+APPEND = MessageType.APPEND
+APPEND_RESP = MessageType.APPEND_RESP
+VOTE = MessageType.VOTE
+VOTE_RESP = MessageType.VOTE_RESP
+PRE_VOTE = MessageType.PRE_VOTE
+PRE_VOTE_RESP = MessageType.PRE_VOTE_RESP
+HEARTBEAT = MessageType.HEARTBEAT
+HEARTBEAT_RESP = MessageType.HEARTBEAT_RESP
+TIMEOUT_NOW = MessageType.TIMEOUT_NOW
+RESET_MSG = MessageType.RESET
+
+NORMAL = EntryKind.NORMAL
+NOOP = EntryKind.NOOP
+CONFIG = EntryKind.CONFIG
+
+FOLLOWER = Role.FOLLOWER
+PRE_CANDIDATE = Role.PRE_CANDIDATE
+CANDIDATE = Role.CANDIDATE
+LEADER = Role.LEADER
+
+TRANSFER_CTX = b"transfer"
+# Messages a leader sends may leave before its own entries are durable; everything else
+# (votes, acks) speaks for durable state.
+_EARLY_TYPES = frozenset({APPEND, HEARTBEAT, TIMEOUT_NOW, RESET_MSG})
+_LIVENESS_TYPES = frozenset({HEARTBEAT, HEARTBEAT_RESP})
+_NO_LIMIT = 1 << 62
+_PRE, _ELECTION, _TRANSFER = 0, 1, 2
+
+
+class RaftNode:
+    """One replica of one Raft group."""
+
+    def __init__(
+        self,
+        node_id: int,
+        storage: Storage,
+        conf: ConfState,
+        hard_state: HardState | None = None,
+        config: RaftConfig | None = None,
+    ) -> None:
+        if node_id <= 0:
+            raise ValueError("node ids must be > 0")
+        self.cfg = cfg = config or RaftConfig()
+        self.id = node_id
+        self._rng = random.Random(cfg.seed)
+        self.log = log = RaftLog(storage)
+        hs = hard_state or HardState()
+        self.term = hs.term
+        self.vote = hs.vote
+        first = log.first_index()
+        last = log.last_index()
+        self.commit = min(max(hs.commit, first - 1), last)
+        self.applied = max(min(cfg.applied, self.commit), first - 1)
+        self.role = FOLLOWER
+        self.lead = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._timeout = cfg.election_tick
+        self._reset_randomized_timeout()
+        self.votes: dict[int, bool] = {}
+        self.prs: dict[int, Progress] = {}
+        self.msgs: list[Message] = []
+        self.read_states: list[tuple[bytes, int]] = []
+        self.transferee = 0
+        self._quiesced = False
+        self._persisted = last  # what storage holds at construction is durable
+        self._noop_index = _NO_LIMIT
+        # Configuration: base (as of base.index) plus CONFIG entries above it, oldest first.
+        self._base = ConfState(tuple(sorted(conf.voters)), tuple(sorted(conf.learners)), conf.index)
+        self._conf_log: list[tuple[int, ConfState]] = []
+        self._conf = self._base
+        self._committed_conf = self._base
+        self._scan_configs(max(conf.index, self.commit) + 1, last)
+        # Leader batching state.
+        self._dirty: set[int] = set()
+        self._dirty_all = False
+        self._bcast_commit = -1
+        self._uncommitted: deque[tuple[int, int]] = deque()
+        self._uncommitted_bytes = 0
+        # Read index.
+        self._read_seq = 0
+        self._reads: deque[tuple[int, bytes, int]] = deque()
+        self._read_acks: dict[int, int] = {}
+        self._reads_waiting: list[bytes] = []
+        # Ready bookkeeping.
+        self._prev_hs = (self.term, self.vote, self.commit)
+        self._prev_conf = self._committed_conf
+        self._handed: tuple[list[Entry], int, tuple[int, int] | None] | None = None
+        self._pending_ack: Message | None = None
+
+    # ----------------------------------------------------------------- properties
+
+    @property
+    def role_name(self) -> str:
+        return self.role.name
+
+    @property
+    def leader_id(self) -> int:
+        return self.lead
+
+    @property
+    def last_index(self) -> int:
+        return self.log.last_index()
+
+    @property
+    def conf(self) -> ConfState:
+        return self._conf
+
+    @property
+    def committed_conf(self) -> ConfState:
+        return self._committed_conf
+
+    @property
+    def quiesced(self) -> bool:
+        return self._quiesced
+
+    @property
+    def is_learner(self) -> bool:
+        return self.id in self._conf.learners
+
+    def promotable(self) -> bool:
+        """A voter whose log reaches the offset its configuration is known to hold at."""
+        return self.id in self._conf.voters and self.log.last_index() >= self._base.index
+
+    def status(self) -> Status:
+        progress = {}
+        if self.role == LEADER:
+            for nid, pr in self.prs.items():
+                progress[nid] = PeerStatus(
+                    pr.match, pr.next, pr.state, pr.recent_active, pr.learner
+                )
+        return Status(
+            self.id,
+            self.role,
+            self.term,
+            self.vote,
+            self.lead,
+            self.commit,
+            self.applied,
+            self.log.last_index(),
+            self._conf,
+            self._quiesced,
+            self.is_learner,
+            self.transferee,
+            progress,
+        )
+
+    # ----------------------------------------------------------------- configuration
+
+    def _scan_configs(self, lo: int, last: int) -> None:
+        """Restart: find CONFIG entries not covered by the persisted configuration."""
+        lo = max(lo, self.log.first_index())
+        found = False
+        while lo <= last:
+            ents = self.log.entries(lo, last + 1, 1 << 24)
+            for e in ents:
+                if e.kind == CONFIG and e.index > self._base.index:
+                    c = decode_conf(e.data, e.index)
+                    if c is not None:
+                        self._conf_log.append((e.index, c))
+                        found = True
+            lo = ents[-1].last + 1
+        if found:
+            self._conf = self._conf_log[-1][1]
+
+    def _note_configs(self, ents: list[Entry]) -> None:
+        base_index = self._base.index
+        changed = False
+        for e in ents:
+            if e.kind == CONFIG and e.index > base_index:
+                c = decode_conf(e.data, e.index)
+                if c is not None:
+                    self._conf_log.append((e.index, c))
+                    changed = True
+        if changed:
+            self._conf_changed()
+
+    def _truncate_configs(self, index: int) -> None:
+        cl = self._conf_log
+        if cl and cl[-1][0] >= index:
+            self._conf_log = [x for x in cl if x[0] < index]
+            self._conf_changed()
+
+    def _conf_changed(self) -> None:
+        self._conf = conf = self._conf_log[-1][1] if self._conf_log else self._base
+        if self.role != LEADER:
+            return
+        members = set(conf.voters) | set(conf.learners)
+        for nid in list(self.prs):
+            if nid not in members:
+                del self.prs[nid]
+                self._dirty.discard(nid)
+                self._read_acks.pop(nid, None)
+        nxt = self.log.last_index() + 1
+        learners = set(conf.learners)
+        for nid in members:
+            pr = self.prs.get(nid)
+            if pr is None:
+                pr = self._new_progress(nxt)
+                self.prs[nid] = pr
+                self._dirty.add(nid)
+            pr.learner = nid in learners
+        if self.transferee and self.transferee not in conf.voters:
+            self.transferee = 0
+        self._maybe_commit()
+
+    def _new_progress(self, nxt: int) -> Progress:
+        return Progress(nxt, self.cfg.max_inflight_msgs, self.cfg.max_inflight_bytes)
+
+    # ----------------------------------------------------------------- role changes
+
+    def _reset_randomized_timeout(self) -> None:
+        et = self.cfg.election_tick
+        self._timeout = et + self._rng.randrange(et)
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = 0
+        self.lead = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self._reset_randomized_timeout()
+        self.votes = {}
+        self.transferee = 0
+        self._quiesced = False
+        self._reads.clear()
+        self._read_acks.clear()
+        self._reads_waiting.clear()
+        self._dirty.clear()
+        self._dirty_all = False
+        self._uncommitted.clear()
+        self._uncommitted_bytes = 0
+        self._noop_index = _NO_LIMIT
+
+    def _become_follower(self, term: int, lead: int) -> None:
+        self._reset(term)
+        self.lead = lead
+        self.role = FOLLOWER
+        self.prs = {}
+
+    def _become_pre_candidate(self) -> None:
+        # Term and vote stay: a pre-vote must not disturb anything if it fails.
+        self.role = PRE_CANDIDATE
+        self.votes = {}
+        self.lead = 0
+        self._quiesced = False
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.vote = self.id
+        self.role = CANDIDATE
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = LEADER
+        self.lead = self.id
+        last = self.log.last_index()
+        conf = self._conf
+        learners = set(conf.learners)
+        self.prs = {}
+        for nid in (*conf.voters, *conf.learners):
+            pr = self._new_progress(last + 1)
+            pr.learner = nid in learners
+            self.prs[nid] = pr
+        me = self.prs[self.id]
+        me.match = min(self._persisted, last)
+        me.next = last + 1
+        me.recent_active = True
+        self._bcast_commit = -1
+        noop = Entry(self.term, last + 1, last + 1, NOOP, b"")
+        self._noop_index = noop.index
+        self.log.append([noop])
+        self._dirty_all = True
+
+    # ----------------------------------------------------------------- ticking
+
+    def tick(self) -> None:
+        if self.role == LEADER:
+            self._tick_leader()
+        else:
+            self.election_elapsed += 1
+            if self.election_elapsed >= self._timeout and self.promotable():
+                self.election_elapsed = 0
+                self._campaign(_PRE)
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        cfg = self.cfg
+        if self.election_elapsed >= cfg.election_tick:
+            self.election_elapsed = 0
+            if cfg.check_quorum:
+                active = {nid for nid, pr in self.prs.items() if pr.recent_active}
+                active.add(self.id)
+                for nid, pr in self.prs.items():
+                    if nid != self.id:
+                        pr.recent_active = False
+                if not has_quorum(self._conf.voters, active):
+                    self._become_follower(self.term, 0)
+                    return
+            self.transferee = 0
+        if self.heartbeat_elapsed >= cfg.heartbeat_tick:
+            self.heartbeat_elapsed = 0
+            self._bcast_heartbeat()
+
+    def _can_quiesce(self) -> bool:
+        last = self.log.last_index()
+        if self.transferee or self._reads or self._reads_waiting or self.commit != last:
+            return False
+        c = self.commit
+        me = self.id
+        return all(
+            pr.match == last and (nid == me or pr.commit >= c) for nid, pr in self.prs.items()
+        )
+
+    def _bcast_heartbeat(self) -> None:
+        quiesce = self._can_quiesce()
+        ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
+        for nid, pr in self.prs.items():
+            if nid != self.id:
+                self._send(
+                    Message(
+                        HEARTBEAT,
+                        nid,
+                        self.id,
+                        self.term,
+                        commit=min(pr.match, self.commit),
+                        context=ctx,
+                        quiesce=quiesce,
+                    )
+                )
+        if quiesce:
+            self._quiesced = True
+
+    # ----------------------------------------------------------------- elections
+
+    def campaign(self) -> None:
+        """Start an election now (pre-vote first when enabled)."""
+        if self.role != LEADER and self.promotable():
+            self._campaign(_PRE)
+
+    def _campaign(self, kind: int) -> None:
+        """kind: _PRE (pre-vote round), _ELECTION (real vote), _TRANSFER (forced by TIMEOUT_NOW)."""
+        if self.cfg.pre_vote and kind == _PRE:
+            self._become_pre_candidate()
+            mtype = PRE_VOTE
+            term = self.term + 1
+        else:
+            self._become_candidate()
+            mtype = VOTE
+            term = self.term
+        self.votes[self.id] = True
+        if self._poll() != VoteResult.PENDING:
+            return
+        last = self.log.last_index()
+        last_term = self.log.term(last)
+        ctx = TRANSFER_CTX if kind == _TRANSFER else b""
+        for v in self._conf.voters:
+            if v != self.id:
+                self._send(
+                    Message(mtype, v, self.id, term, log_term=last_term, index=last, context=ctx)
+                )
+
+    def _poll(self) -> VoteResult:
+        res = vote_result(self._conf.voters, self.votes)
+        if res == VoteResult.WON:
+            if self.role == PRE_CANDIDATE:
+                self._campaign(_ELECTION)
+            else:
+                self._become_leader()
+        elif res == VoteResult.LOST:
+            self._become_follower(self.term, 0)
+        return res
+
+    def report_node_down(self, node_id: int) -> None:
+        """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us."""
+        self._quiesced = False
+        if self.role != LEADER and node_id == self.lead:
+            self.lead = 0
+            self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
+
+    # ----------------------------------------------------------------- step
+
+    def step(self, m: Message) -> None:
+        """Handle a peer message; anything stale, misaddressed or malformed is ignored."""
+        if m.to != self.id or m.frm <= 0 or m.frm == self.id or m.term < 0:
+            return
+        try:
+            self._step(m)
+        except (CompactedError, UnavailableError, TypeError, AttributeError, ValueError):
+            # A malformed message may point anywhere; nothing was changed before the lookup
+            # that failed, so dropping it is safe.
+            return
+
+    def _step(self, m: Message) -> None:
+        t = m.type
+        if t not in _LIVENESS_TYPES:
+            self._quiesced = False
+        if m.term > self.term:
+            if t in (VOTE, PRE_VOTE):
+                force = m.context == TRANSFER_CTX
+                in_lease = (
+                    self.cfg.check_quorum
+                    and self.lead != 0
+                    and self.election_elapsed < self.cfg.election_tick
+                )
+                if in_lease and not force:
+                    return
+            if t == PRE_VOTE or (t == PRE_VOTE_RESP and not m.reject):
+                pass
+            elif t in (APPEND, HEARTBEAT, RESET_MSG):
+                self._become_follower(m.term, m.frm)
+            else:
+                self._become_follower(m.term, 0)
+        elif m.term < self.term:
+            if (self.cfg.check_quorum or self.cfg.pre_vote) and (t in (APPEND, HEARTBEAT)):
+                # Tell a stale leader about the newer term so it steps down.
+                self._send(Message(APPEND_RESP, m.frm, self.id, self.term))
+            elif t == PRE_VOTE:
+                self._send(Message(PRE_VOTE_RESP, m.frm, self.id, self.term, reject=True))
+            return
+
+        if t in (VOTE, PRE_VOTE):
+            self._handle_vote(m)
+            return
+        role = self.role
+        if role == LEADER:
+            self._step_leader(m)
+        elif role == FOLLOWER:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    def _handle_vote(self, m: Message) -> None:
+        t = m.type
+        resp = VOTE_RESP if t == VOTE else PRE_VOTE_RESP
+        can_vote = (
+            self.vote == m.frm
+            or (self.vote == 0 and self.lead == 0)
+            or (t == PRE_VOTE and m.term > self.term)
+        )
+        last = self.log.last_index()
+        last_term = self.log.term(last)
+        up_to_date = m.log_term > last_term or (m.log_term == last_term and m.index >= last)
+        if can_vote and up_to_date:
+            self._send(Message(resp, m.frm, self.id, m.term))
+            if t == VOTE:
+                self.election_elapsed = 0
+                self.vote = m.frm
+        else:
+            self._send(Message(resp, m.frm, self.id, self.term, reject=True))
+
+    def _step_candidate(self, m: Message) -> None:
+        t = m.type
+        if t in (APPEND, HEARTBEAT, RESET_MSG):
+            self._become_follower(m.term, m.frm)
+            self._step_follower(m)
+            return
+        want = PRE_VOTE_RESP if self.role == PRE_CANDIDATE else VOTE_RESP
+        if t == want and m.frm in self._conf.voters:
+            self.votes[m.frm] = not m.reject
+            self._poll()
+
+    def _step_follower(self, m: Message) -> None:
+        t = m.type
+        if t == APPEND:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_append(m)
+        elif t == HEARTBEAT:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_heartbeat(m)
+        elif t == RESET_MSG:
+            self.election_elapsed = 0
+            self.lead = m.frm
+            self._handle_reset(m)
+        elif t == TIMEOUT_NOW and self.promotable():
+            self._campaign(_TRANSFER)
+
+    # ----------------------------------------------------------------- follower side
+
+    def _ack(self, to: int, index: int) -> None:
+        """Success acks to the leader coalesce: one per Ready carries the highest offset."""
+        pa = self._pending_ack
+        if pa is not None and pa.to == to and pa.term == self.term:
+            if index > pa.index:
+                pa.index = index
+            return
+        self._flush_ack()
+        self._pending_ack = Message(APPEND_RESP, to, self.id, self.term, index=index)
+
+    def _flush_ack(self) -> None:
+        pa = self._pending_ack
+        if pa is not None:
+            self._pending_ack = None
+            pa.commit = self.commit
+            pa.after_persist = True
+            self.msgs.append(pa)
+
+    def _handle_append(self, m: Message) -> None:
+        log = self.log
+        if m.index < self.commit:
+            self._ack(m.frm, self.commit)
+            return
+        ents = m.entries
+        if ents and not _valid_entries(ents, m.index, m.term):
+            return
+        if not log.match_term(m.index, m.log_term):
+            last = log.last_index()
+            hint = log.find_conflict_by_term(min(m.index, last), m.log_term)
+            try:
+                hint_term = log.term(hint)
+            except CompactedError:
+                hint_term = 0
+            self._flush_ack()
+            self._send(
+                Message(
+                    APPEND_RESP,
+                    m.frm,
+                    self.id,
+                    self.term,
+                    index=m.index,
+                    reject=True,
+                    reject_hint=hint,
+                    log_term=hint_term,
+                    commit=self.commit,
+                )
+            )
+            return
+        if ents:
+            last_new = ents[-1].last
+            last = log.last_index()
+            start = 0
+            if ents[0].index <= last:
+                n = len(ents)
+                while start < n:
+                    e = ents[start]
+                    if e.index > last or log.term(e.index) != e.term:
+                        break
+                    start += 1
+            if start < len(ents):
+                new = ents[start:] if start else ents
+                at = new[0].index
+                if at <= last:
+                    if at <= self.commit:
+                        return  # would rewrite committed entries: a broken peer
+                    self._truncate_configs(at)
+                    if self._persisted >= at:
+                        self._persisted = at - 1
+                log.append(new)
+                self._note_configs(new)
+        else:
+            last_new = m.index
+        self._commit_to(min(m.commit, last_new))
+        self._ack(m.frm, last_new)
+
+    def _handle_heartbeat(self, m: Message) -> None:
+        c = min(m.commit, self.log.last_index())
+        self._commit_to(c)
+        self._quiesced = m.quiesce
+        self._send(
+            Message(
+                HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context, commit=self.commit
+            )
+        )
+
+    def _handle_reset(self, m: Message) -> None:
+        start = m.index + 1
+        if start < 0:
+            return
+        if m.index <= self.commit:
+            self._ack(m.frm, self.commit)
+            return
+        if self.log.match_term(m.index, m.log_term):
+            self._commit_to(m.index)
+            self._ack(m.frm, m.index)
+            return
+        conf = decode_conf(m.context, max(m.commit, m.index))
+        if conf is None:
+            return
+        self.log.reset(start, m.log_term)
+        if self._persisted > m.index:
+            self._persisted = m.index
+        self._base = conf
+        self._conf_log = []
+        self._conf_changed()
+        self._committed_conf = conf
+        self.commit = m.index
+        if self.applied < m.index:
+            self.applied = m.index
+        self._ack(m.frm, m.index)
+
+    def _commit_to(self, index: int) -> None:
+        if index <= self.commit:
+            return
+        self.commit = index
+        cl = self._conf_log
+        if cl and cl[0][0] <= index:
+            while cl and cl[0][0] <= index:
+                _idx, c = cl.pop(0)
+                self._base = c
+            self._committed_conf = self._base
+        if self.role == LEADER:
+            unc = self._uncommitted
+            while unc and unc[0][0] <= index:
+                self._uncommitted_bytes -= unc.popleft()[1]
+            if self._reads_waiting and index >= self._noop_index:
+                waiting, self._reads_waiting = self._reads_waiting, []
+                for ctx in waiting:
+                    self._start_read(ctx)
+
+    # ----------------------------------------------------------------- leader side
+
+    def _step_leader(self, m: Message) -> None:
+        t = m.type
+        pr = self.prs.get(m.frm)
+        if pr is None:
+            return
+        if t == APPEND_RESP:
+            self._handle_append_resp(m, pr)
+        elif t == HEARTBEAT_RESP:
+            pr.recent_active = True
+            pr.probe_sent = False
+            if m.commit > pr.commit:
+                pr.commit = m.commit
+            if pr.match < self.log.last_index() or pr.commit < self.commit:
+                self._dirty.add(m.frm)
+            if len(m.context) == 8 and self._reads:
+                self._ack_read(m.frm, int.from_bytes(m.context, "big"))
+
+    def _handle_append_resp(self, m: Message, pr: Progress) -> None:
+        pr.recent_active = True
+        last = self.log.last_index()
+        if m.index > last:
+            return
+        if m.commit > pr.commit:
+            pr.commit = min(m.commit, last)
+        if m.reject:
+            self._handle_reject(m, pr)
+            return
+        if pr.maybe_update(m.index):
+            if pr.state == PROBE:
+                pr.become_replicate()
+            elif pr.state == REPLICATE:
+                pr.inflights.free_le(m.index)
+            elif pr.match >= pr.reset_index:
+                pr.become_probe()
+            if not pr.learner:
+                self._maybe_commit()
+            if m.frm == self.transferee and pr.match == last:
+                self._send(Message(TIMEOUT_NOW, m.frm, self.id, self.term))
+        elif pr.state == RESET and m.index >= pr.reset_index:
+            pr.become_probe()
+        self._dirty.add(m.frm)
+
+    def _handle_reject(self, m: Message, pr: Progress) -> None:
+        log = self.log
+        probe = min(m.reject_hint, m.index)
+        if m.log_term > 0 and probe >= 0:
+            probe = log.find_conflict_by_term(probe, m.log_term)
+        nxt = probe + 1
+        if nxt < pr.match + 1:
+            nxt = pr.match + 1
+        if nxt <= log.last_index():
+            with contextlib.suppress(CompactedError):
+                nxt = log.entry_start(nxt)
+        if pr.maybe_decr_to(m.index, nxt):
+            if pr.state == REPLICATE:
+                pr.become_probe()
+            self._dirty.add(m.frm)
+
+    def _maybe_commit(self) -> bool:
+        prs = self.prs
+        q = committed_index(
+            self._conf.voters, {nid: pr.match for nid, pr in prs.items() if not pr.learner}
+        )
+        if q > self.commit and self.log.term(q) == self.term:
+            self._commit_to(q)
+            return True
+        return False
+
+    def _send_append(self, to: int, pr: Progress, if_empty: bool) -> bool:
+        if pr.paused():
+            return False
+        log = self.log
+        nxt = pr.next
+        last = log.last_index()
+        try:
+            prev_term = log.term(nxt - 1)
+            ents = log.entries(nxt, last + 1, self.cfg.max_msg_bytes) if nxt <= last else []
+        except CompactedError:
+            return self._send_reset(to, pr)
+        if not ents and not if_empty:
+            return False
+        if ents:
+            if pr.state == REPLICATE:
+                end = ents[-1].last
+                pr.next = end + 1
+                pr.inflights.add(end, sum(len(e.data) for e in ents) + 32 * len(ents))
+            else:
+                pr.probe_sent = True
+        elif pr.state == PROBE:
+            pr.probe_sent = True
+        pr.sent_commit = self.commit
+        self.msgs.append(
+            Message(APPEND, to, self.id, self.term, prev_term, nxt - 1, ents, self.commit)
+        )
+        return True
+
+    def _send_reset(self, to: int, pr: Progress) -> bool:
+        log = self.log
+        first = log.first_index()
+        prev_term = log.term(first - 1)
+        cc = self._committed_conf
+        conf = encode_conf(cc)
+        self.msgs.append(
+            Message(
+                RESET_MSG,
+                to,
+                self.id,
+                self.term,
+                log_term=prev_term,
+                index=first - 1,
+                commit=self.commit,
+                context=conf,
+            )
+        )
+        pr.become_reset(first - 1)
+        return True
+
+    def _flush(self) -> None:
+        """Turn the leader's dirty marks into as few append messages as the windows allow."""
+        if self.role == LEADER:
+            me = self.id
+            prs = self.prs
+            if self._dirty_all:
+                self._dirty_all = False
+                dirty: set[int] | dict[int, Progress] = prs
+            else:
+                dirty = self._dirty
+            if dirty:
+                for nid in list(dirty):
+                    if nid != me:
+                        pr = prs.get(nid)
+                        if pr is not None:
+                            while self._send_append(nid, pr, False):
+                                if pr.state != REPLICATE:
+                                    break
+                self._dirty.clear()
+            c = self.commit
+            if c > self._bcast_commit:
+                self._bcast_commit = c
+                for nid, pr in prs.items():
+                    if nid != me and pr.sent_commit < c:
+                        self._send_append(nid, pr, True)
+        if self._pending_ack is not None:
+            self._flush_ack()
+
+    # ----------------------------------------------------------------- proposals
+
+    def _check_leader(self) -> None:
+        if self.role != LEADER:
+            raise NotLeader("not the leader", leader_id=self.lead)
+        if self.transferee:
+            raise NotLeader("leadership is being transferred", leader_id=self.transferee)
+
+    def propose(self, data: bytes | memoryview, count: int = 1) -> tuple[int, int]:
+        """Append one NORMAL entry of ``count`` records; returns the offsets it occupies."""
+        return self.propose_many([(data, count)])[0]
+
+    def propose_many(self, items: list[tuple[bytes | memoryview, int]]) -> list[tuple[int, int]]:
+        """Append several entries at once (all or nothing); one broadcast covers them."""
+        self._check_leader()
+        if not items:
+            return []
+        limit = self.cfg.max_uncommitted_bytes
+        size = 0
+        if limit is not None:
+            size = sum(len(d) for d, _ in items)
+            if self._uncommitted_bytes and self._uncommitted_bytes + size > limit:
+                raise ProposalDropped("too many uncommitted bytes")
+        term = self.term
+        idx = self.log.last_index() + 1
+        ents = []
+        out = []
+        for data, count in items:
+            if count < 1:
+                raise InvalidRequestError(f"record count must be >= 1, got {count}")
+            last = idx + count - 1
+            ents.append(Entry(term, idx, last, NORMAL, data))
+            out.append((idx, last))
+            idx = last + 1
+        self.log.append(ents)
+        if limit is not None:
+            self._uncommitted.append((idx - 1, size))
+            self._uncommitted_bytes += size
+        self._dirty_all = True
+        self._quiesced = False
+        if len(self._conf.voters) == 1:
+            self._maybe_commit()
+        return out
+
+    def propose_conf_change(self, change: ConfChange) -> tuple[int, int]:
+        """Append a CONFIG entry; one change at a time, see ``laminar.raft.confchange``."""
+        self._check_leader()
+        if self.commit < self._noop_index:
+            raise ConfChangeRejected("the leader has not committed an entry of its term yet")
+        if self._conf_log:
+            raise ConfChangeRejected("another membership change is pending")
+        new = apply_change(self._conf, change, self.id)
+        idx = self.log.last_index() + 1
+        e = Entry(self.term, idx, idx, CONFIG, encode_conf(new))
+        self.log.append([e])
+        self._note_configs([e])
+        self._dirty_all = True
+        self._quiesced = False
+        return (idx, idx)
+
+    def transfer_leader(self, target: int) -> None:
+        """Hand leadership to ``target`` once it is caught up (TIMEOUT_NOW)."""
+        if self.role != LEADER:
+            raise NotLeader("not the leader", leader_id=self.lead)
+        if target == self.id:
+            return
+        if target not in self._conf.voters:
+            raise InvalidRequestError(f"node {target} is not a voter")
+        self._quiesced = False
+        if self.transferee == target:
+            return
+        self.transferee = target
+        self.election_elapsed = 0
+        pr = self.prs[target]
+        if pr.match == self.log.last_index():
+            self._send(Message(TIMEOUT_NOW, target, self.id, self.term))
+        else:
+            self._dirty.add(target)
+
+    def read_index(self, context: bytes) -> None:
+        """Linearizable read: ``(context, index)`` shows up in ``Ready.read_states`` once this
+        leader has confirmed its leadership; serve the read when applied >= index."""
+        if self.role != LEADER:
+            raise NotLeader("not the leader", leader_id=self.lead)
+        self._quiesced = False
+        if self.commit < self._noop_index:
+            self._reads_waiting.append(context)
+            return
+        self._start_read(context)
+
+    def _start_read(self, context: bytes) -> None:
+        if len(self._conf.voters) == 1:
+            self.read_states.append((context, self.commit))
+            return
+        self._read_seq += 1
+        self._reads.append((self._read_seq, context, self.commit))
+        self._bcast_heartbeat_read()
+
+    def _bcast_heartbeat_read(self) -> None:
+        ctx = self._read_seq.to_bytes(8, "big")
+        for nid, pr in self.prs.items():
+            if nid != self.id and not pr.learner:
+                self._send(
+                    Message(
+                        HEARTBEAT,
+                        nid,
+                        self.id,
+                        self.term,
+                        commit=min(pr.match, self.commit),
+                        context=ctx,
+                    )
+                )
+
+    def _ack_read(self, frm: int, seq: int) -> None:
+        if seq > self._read_seq or frm not in self._conf.voters:
+            return
+        if seq > self._read_acks.get(frm, 0):
+            self._read_acks[frm] = seq
+        reads = self._reads
+        voters = self._conf.voters
+        while reads:
+            rseq = reads[0][0]
+            acked = {v for v in voters if v == self.id or self._read_acks.get(v, 0) >= rseq}
+            if not has_quorum(voters, acked):
+                break
+            _, ctx, index = reads.popleft()
+            self.read_states.append((ctx, index))
+
+    # ----------------------------------------------------------------- durability
+
+    def persisted(self, index: int, term: int) -> None:
+        """The driver made entries up to ``index`` durable (``term`` is the term at index)."""
+        if not self.log.match_term(index, term):
+            return
+        if index > self._persisted:
+            self._persisted = index
+        if self.role == LEADER:
+            pr = self.prs.get(self.id)
+            if pr is not None and pr.maybe_update(index):
+                self._maybe_commit()
+
+    # ----------------------------------------------------------------- ready / advance
+
+    def _send(self, m: Message) -> None:
+        m.after_persist = m.type not in _EARLY_TYPES
+        self.msgs.append(m)
+
+    def has_ready(self) -> bool:
+        self._flush()
+        if self.msgs or self.log.unstable or self.log.snap is not None or self.read_states:
+            return True
+        if (self.term, self.vote, self.commit) != self._prev_hs:
+            return True
+        if self._committed_conf is not self._prev_conf:
+            return True
+        return self.commit > self.applied
+
+    def ready(self) -> Ready:
+        self._flush()
+        hs_t = (self.term, self.vote, self.commit)
+        hs = None
+        if hs_t != self._prev_hs:
+            hs = HardState(*hs_t)
+            self._prev_hs = hs_t
+        conf_state = None
+        cc = self._committed_conf
+        if cc is not self._prev_conf:
+            if not cc.same_members(self._prev_conf) or cc.index != self._prev_conf.index:
+                conf_state = cc
+            self._prev_conf = cc
+        log = self.log
+        entries = log.unstable
+        snap = log.snap
+        committed: list[Entry] = []
+        if self.commit > self.applied:
+            if self.cfg.deliver_committed:
+                committed = log.entries(self.applied + 1, self.commit + 1)
+                while committed[-1].last < self.commit:
+                    committed += log.entries(committed[-1].last + 1, self.commit + 1)
+            self.applied = self.commit
+        msgs = self.msgs
+        self.msgs = []
+        reads = self.read_states
+        if reads:
+            self.read_states = []
+        self._handed = (entries, len(entries), snap)
+        return Ready(hs, conf_state, entries, snap, msgs, committed, reads)
+
+    def advance(self, ready: Ready) -> None:
+        """The driver applied ``ready``'s entries/reset to storage (readable, maybe not durable)."""
+        handed = self._handed
+        if handed is not None:
+            self._handed = None
+            self.log.stable(*handed)
+
+
+def _valid_entries(ents: list[Entry], prev: int, term: int) -> bool:
+    """Entries from a peer must be contiguous from ``prev + 1`` and not from the future."""
+    nxt = prev + 1
+    for e in ents:
+        if e.index != nxt or e.last < e.index or e.term > term or e.term <= 0:
+            return False
+        if e.kind != NORMAL and e.last != e.index:
+            return False
+        nxt = e.last + 1
+    return True

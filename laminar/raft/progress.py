@@ -1,0 +1,135 @@
+"""Per-follower replication progress as the leader sees it.
+
+PROBE: we do not know where the follower's log matches ours; send one append at a time and
+wait for the answer (or a heartbeat response) before sending the next. REPLICATE: the follower
+is known to match up to ``match``; stream appends optimistically, bounded by the in-flight
+window (messages and bytes). RESET: the follower was told to reset its log to our start offset;
+wait until it acknowledges that position.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from laminar.raft.types import ProgressState
+
+PROBE = ProgressState.PROBE
+REPLICATE = ProgressState.REPLICATE
+RESET = ProgressState.RESET
+
+
+class Inflights:
+    """The window of appends sent but not yet acknowledged: (last offset, bytes) per message."""
+
+    __slots__ = ("bytes", "max_bytes", "max_msgs", "q")
+
+    def __init__(self, max_msgs: int, max_bytes: int) -> None:
+        self.q: deque[tuple[int, int]] = deque()
+        self.bytes = 0
+        self.max_msgs = max_msgs
+        self.max_bytes = max_bytes
+
+    def full(self) -> bool:
+        return len(self.q) >= self.max_msgs or self.bytes >= self.max_bytes
+
+    def add(self, last: int, size: int) -> None:
+        self.q.append((last, size))
+        self.bytes += size
+
+    def free_le(self, index: int) -> None:
+        q = self.q
+        while q and q[0][0] <= index:
+            self.bytes -= q.popleft()[1]
+
+    def reset(self) -> None:
+        self.q.clear()
+        self.bytes = 0
+
+
+class Progress:
+    """Leader-side state of one replica (voter or learner)."""
+
+    __slots__ = (
+        "commit",
+        "inflights",
+        "learner",
+        "match",
+        "next",
+        "probe_sent",
+        "recent_active",
+        "reset_index",
+        "sent_commit",
+        "state",
+    )
+
+    def __init__(
+        self, next_index: int, max_msgs: int, max_bytes: int, learner: bool = False
+    ) -> None:
+        self.match = -1
+        self.next = next_index
+        self.state = PROBE
+        self.probe_sent = False
+        self.recent_active = False
+        self.learner = learner
+        self.reset_index = -1
+        self.commit = -1
+        self.sent_commit = -1
+        self.inflights = Inflights(max_msgs, max_bytes)
+
+    def become_probe(self) -> None:
+        # After a reset, probing restarts right above the reset point.
+        if self.state == RESET:
+            self.next = max(self.match + 1, self.reset_index + 1)
+        else:
+            self.next = self.match + 1
+        self.state = PROBE
+        self.probe_sent = False
+        self.reset_index = -1
+        self.inflights.reset()
+
+    def become_replicate(self) -> None:
+        self.state = REPLICATE
+        self.next = self.match + 1
+        self.probe_sent = False
+        self.inflights.reset()
+
+    def become_reset(self, index: int) -> None:
+        self.state = RESET
+        self.reset_index = index
+        self.probe_sent = False
+        self.inflights.reset()
+
+    def maybe_update(self, index: int) -> bool:
+        """Record an ack up to ``index``; True when ``match`` moved."""
+        updated = False
+        if index > self.match:
+            self.match = index
+            updated = True
+            self.probe_sent = False
+        if index + 1 > self.next:
+            self.next = index + 1
+        return updated
+
+    def maybe_decr_to(self, rejected: int, hint_next: int) -> bool:
+        """Handle a rejection of an append whose previous offset was ``rejected``.
+
+        ``hint_next`` is where the leader now wants to probe (already aligned to an entry
+        start). Returns False when the rejection is stale.
+        """
+        if self.state == REPLICATE:
+            if rejected <= self.match:
+                return False
+            self.next = max(self.match + 1, hint_next)
+            return True
+        if self.next - 1 != rejected:
+            return False
+        self.next = max(min(rejected, hint_next), self.match + 1)
+        self.probe_sent = False
+        return True
+
+    def paused(self) -> bool:
+        if self.state == PROBE:
+            return self.probe_sent
+        if self.state == REPLICATE:
+            return self.inflights.full()
+        return True

@@ -1,0 +1,149 @@
+"""The log the core reads: a protocol the partition log implements, and an in-memory version.
+
+Positions are partition offsets; one entry occupies [index, last]. The core never writes
+storage: the driver applies ``Ready`` to it (append/truncate/reset) and compacts it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from operator import attrgetter
+from typing import Protocol
+
+from laminar.raft.types import Entry
+
+_LAST = attrgetter("last")
+
+
+class CompactedError(LookupError):
+    """The requested offset is below the log's start (retention removed it)."""
+
+
+class UnavailableError(LookupError):
+    """The requested offset is above the log's last offset."""
+
+
+class Storage(Protocol):
+    def first_index(self) -> int: ...
+
+    def last_index(self) -> int: ...
+
+    def term(self, index: int) -> int: ...
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]: ...
+
+    def append(self, entries: list[Entry]) -> None: ...
+
+    def truncate(self, index: int) -> None: ...
+
+    def reset(self, start: int, prev_term: int) -> None: ...
+
+
+def entry_size(e: Entry) -> int:
+    return len(e.data) + 32
+
+
+def take_entries(ents: list[Entry], i: int, hi: int, max_bytes: int) -> list[Entry]:
+    """Entries from position ``i`` of ``ents`` while index < hi and within max_bytes (>= 1)."""
+    n = len(ents)
+    j = i
+    size = 0
+    while j < n:
+        e = ents[j]
+        if e.index >= hi:
+            break
+        size += len(e.data) + 32
+        if size > max_bytes and j > i:
+            break
+        j += 1
+    return ents[i:j]
+
+
+class MemoryStorage:
+    """A list-backed ``Storage`` for tests, the simulator and the benchmark."""
+
+    __slots__ = ("_ents", "_prev_term", "_start")
+
+    def __init__(self, start: int = 0, prev_term: int = 0) -> None:
+        self._ents: list[Entry] = []
+        self._start = start
+        self._prev_term = prev_term
+
+    def first_index(self) -> int:
+        return self._start
+
+    def last_index(self) -> int:
+        ents = self._ents
+        return ents[-1].last if ents else self._start - 1
+
+    def _pos(self, index: int) -> int:
+        ents = self._ents
+        # Fast path: single-offset entries laid out densely.
+        p = index - self._start
+        if 0 <= p < len(ents) and ents[p].index == index and ents[p].last == index:
+            return p
+        return bisect_left(ents, index, key=_LAST)
+
+    def term(self, index: int) -> int:
+        if index == self._start - 1:
+            return self._prev_term
+        if index < self._start:
+            raise CompactedError(index)
+        if index > self.last_index():
+            raise UnavailableError(index)
+        return self._ents[self._pos(index)].term
+
+    def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
+        if lo < self._start:
+            raise CompactedError(lo)
+        if lo > self.last_index():
+            raise UnavailableError(lo)
+        return take_entries(self._ents, self._pos(lo), hi, max_bytes)
+
+    def append(self, entries: list[Entry]) -> None:
+        if not entries:
+            return
+        first = entries[0].index
+        if first <= self.last_index():
+            self.truncate(first)
+        if first != self.last_index() + 1:
+            raise ValueError(f"append at {first} leaves a gap after {self.last_index()}")
+        self._ents.extend(entries)
+
+    def truncate(self, index: int) -> None:
+        if index <= self._start:
+            self._ents.clear()
+            return
+        if index > self.last_index():
+            return
+        p = self._pos(index)
+        if self._ents[p].index != index:
+            raise ValueError(f"truncate at {index} splits an entry")
+        del self._ents[p:]
+
+    def reset(self, start: int, prev_term: int) -> None:
+        self._ents = []
+        self._start = start
+        self._prev_term = prev_term
+
+    def compact(self, index: int) -> None:
+        """Drop whole entries that end at or below ``index`` (retention)."""
+        if index < self._start or not self._ents:
+            return
+        p = bisect_left(self._ents, index, key=_LAST)
+        if p < len(self._ents) and self._ents[p].last == index:
+            p += 1
+        if p == 0:
+            return
+        self._prev_term = self._ents[p - 1].term
+        self._start = self._ents[p - 1].last + 1
+        del self._ents[:p]
+
+    def copy(self) -> MemoryStorage:
+        """A snapshot sharing the (immutable) entries: what a crash leaves on disk."""
+        c = MemoryStorage(self._start, self._prev_term)
+        c._ents = list(self._ents)
+        return c
+
+    def all_entries(self) -> list[Entry]:
+        return list(self._ents)
