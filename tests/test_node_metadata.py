@@ -1,0 +1,99 @@
+"""The metadata state machine and replica placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminar.errors import (
+    InvalidRequestError,
+    NotEnoughReplicasError,
+    TopicExistsError,
+    UnknownTopicError,
+)
+from laminar.node.metadata import (
+    MetadataState,
+    decode_command,
+    encode_command,
+    group_id,
+    place_replicas,
+    validate_topic_name,
+)
+
+SETTINGS = {
+    "partitions": 3,
+    "replication_factor": 2,
+    "segment_bytes": 1 << 20,
+    "segment_ms": 1000,
+    "retention_ms": None,
+    "retention_bytes": None,
+}
+
+
+def create(state: MetadataState, name: str) -> object:
+    return state.apply(
+        {"op": "create_topic", "name": name, "settings": SETTINGS, "replicas": [[1, 2]] * 3}
+    )
+
+
+def test_create_delete_and_ids_never_repeat() -> None:
+    state = MetadataState()
+    first = create(state, "a")
+    assert state.topics["a"].topic_id == 1
+    with pytest.raises(TopicExistsError):
+        create(state, "a")
+    state.apply({"op": "delete_topic", "name": "a"})
+    with pytest.raises(UnknownTopicError):
+        state.apply({"op": "delete_topic", "name": "a"})
+    create(state, "a")
+    assert state.topics["a"].topic_id == 2, "a re-created topic gets a new id (new groups)"
+    assert first is not state.topics["a"]
+
+
+def test_set_leader_ignores_older_terms() -> None:
+    state = MetadataState()
+    create(state, "t")
+    state.apply({"op": "set_leader", "topic_id": 1, "partition": 0, "leader": 2, "term": 5})
+    state.apply({"op": "set_leader", "topic_id": 1, "partition": 0, "leader": 1, "term": 4})
+    assert state.topics["t"].partitions[0].leader == 2
+
+
+def test_commands_round_trip_and_reject_garbage() -> None:
+    command = {"op": "delete_topic", "name": "x"}
+    assert decode_command(encode_command(command)) == command
+    with pytest.raises(InvalidRequestError):
+        decode_command(b"[1, 2]")
+    with pytest.raises(InvalidRequestError):
+        MetadataState().apply({"op": "launch_rockets"})
+
+
+def test_placement_is_even_and_spreads_leaders() -> None:
+    placement = place_replicas(6, 3, [1, 2, 3], {})
+    counts = {n: sum(n in r for r in placement) for n in (1, 2, 3)}
+    assert counts == {1: 6, 2: 6, 3: 6}
+    leaders = [r[0] for r in placement]
+    assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
+    assert all(len(set(r)) == 3 for r in placement)
+
+
+def test_placement_prefers_least_loaded_nodes() -> None:
+    placement = place_replicas(2, 1, [1, 2, 3, 4], {1: 5, 2: 5, 3: 0, 4: 0})
+    assert sorted(r[0] for r in placement) == [3, 4]
+
+
+def test_placement_errors() -> None:
+    with pytest.raises(NotEnoughReplicasError):
+        place_replicas(1, 3, [1, 2], {})
+    with pytest.raises(InvalidRequestError):
+        place_replicas(0, 1, [1], {})
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "..\x00", "x" * 201, "spaces here"])
+def test_bad_topic_names(name: str) -> None:
+    with pytest.raises(InvalidRequestError):
+        validate_topic_name(name)
+
+
+def test_group_ids_are_unique_per_topic_and_partition() -> None:
+    ids = {group_id(t, p) for t in range(1, 5) for p in range(100)}
+    assert len(ids) == 400
+    assert 0 not in ids
