@@ -1,0 +1,552 @@
+"""PartitionLog: the segmented, crc-checked log of one partition (also its Raft log).
+
+Threading: every method except ``flush`` runs on the owner's (event loop) thread. ``flush`` may
+run in a worker thread at the same time; it shares only ``_end``, ``_durable``, ``_generation``
+and the dirty set with the loop thread, always under ``_lock``, and never holds that lock across
+an fdatasync. A second lock serialises flushes, so a flush that returns covers every append made
+before it started.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import threading
+import time
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+
+from laminar.errors import CorruptLogError, InvalidRequestError, OffsetOutOfRangeError
+from laminar.segment.batch import HEADER_SIZE, BatchHeader, stamp_prefix, verify_batch
+from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
+from laminar.segment.meta import META_NAME, read_start, write_start
+from laminar.segment.segment import Segment
+from laminar.segment.slice import LogSlice
+
+log = structlog.get_logger(__name__)
+
+MiB = 1 << 20
+_NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+_NO_LIMIT = 1 << 63
+
+
+@dataclass
+class LogConfig:
+    segment_bytes: int = 64 * MiB
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+    retention_bytes: int | None = None
+    max_batch_bytes: int = 4 * MiB
+    index_interval_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if not HEADER_SIZE <= self.segment_bytes <= (1 << 31):
+            raise ValueError(f"segment_bytes {self.segment_bytes} outside [68, 2 GiB]")
+        if not HEADER_SIZE <= self.max_batch_bytes <= (1 << 30):
+            raise ValueError(f"max_batch_bytes {self.max_batch_bytes} outside [68, 1 GiB]")
+        if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
+            raise ValueError("segment_ms and index_interval_bytes must be positive")
+        if self.retention_ms is not None and self.retention_ms < 0:
+            raise ValueError("retention_ms must be >= 0 or None")
+        if self.retention_bytes is not None and self.retention_bytes < 0:
+            raise ValueError("retention_bytes must be >= 0 or None")
+
+
+class PartitionLog:
+    """A partition's log: segments ``<base>.log/.index/.timeindex`` under one directory."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self._dir = directory
+        self.config = config
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._start = 0
+        self._prev_term = 0
+        self._term_offsets: list[int] = []
+        self._term_values: list[int] = []
+        self._lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._end = 0
+        self._durable = 0
+        self._generation = 0
+        self._dirty: dict[int, FileHandle] = {}
+        self._dir_dirty = False
+        self._closed = False
+
+    # ------------------------------------------------------------------------------- opening
+
+    @classmethod
+    def open(cls, path: str | Path, config: LogConfig | None = None) -> PartitionLog:
+        directory = Path(path)
+        directory.mkdir(parents=True, exist_ok=True)
+        plog = cls(directory, config or LogConfig())
+        plog._recover()
+        return plog
+
+    def _recover(self) -> None:
+        directory = self._dir
+        interval = self.config.index_interval_bytes
+        bases: set[int] = set()
+        other: dict[int, list[Path]] = {}
+        for entry in os.scandir(directory):
+            if entry.name.endswith(".tmp"):
+                os.unlink(entry.path)
+                continue
+            m = _NAME.match(entry.name)
+            if not m:
+                continue
+            base = int(m.group(1))
+            if m.group(2) == "log":
+                bases.add(base)
+            else:
+                other.setdefault(base, []).append(Path(entry.path))
+        for base, paths in other.items():  # index files whose data file is gone
+            if base not in bases:
+                for p in paths:
+                    p.unlink()
+        marker = read_start(directory)
+        if marker is not None:
+            self._start, self._prev_term = marker
+            stale = sorted(b for b in bases if b < self._start)
+            for base in stale:  # finish an expiry or reset interrupted by a crash
+                Segment(directory, base, interval).delete()
+                bases.discard(base)
+            if stale:
+                fsync_dir(directory)
+        ordered = sorted(bases)
+        if not ordered:
+            seg = Segment.create(directory, self._start, interval)
+            fsync_dir(directory)
+            self._segments = [seg]
+        else:
+            if ordered[0] != self._start:
+                raise CorruptLogError(
+                    f"{directory}: first segment starts at {ordered[0]}, log starts at "
+                    f"{self._start} ({META_NAME} {'present' if marker else 'absent'})"
+                )
+            segments = [
+                Segment.open_sealed(directory, base, nxt, interval)
+                for base, nxt in itertools.pairwise(ordered)
+            ]
+            active = Segment.recover_active(directory, ordered[-1], interval)
+            segments.append(active)
+            os.fdatasync(active.data.fd)  # type: ignore[union-attr]
+            self._segments = segments
+        self._bases = [s.base for s in self._segments]
+        for seg in self._segments:
+            idx = seg.idx
+            for off, term in zip(idx.offsets, idx.terms, strict=True):
+                if not self._term_values or term != self._term_values[-1]:
+                    self._term_offsets.append(off)
+                    self._term_values.append(term)
+        self._end = self._segments[-1].end
+        self._durable = self._end
+
+    # ---------------------------------------------------------------------------- properties
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def start_offset(self) -> int:
+        return self._start
+
+    @property
+    def end_offset(self) -> int:
+        return self._end
+
+    @property
+    def durable_offset(self) -> int:
+        return self._durable
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    # ------------------------------------------------------------------------------- appends
+
+    def append(
+        self, batch: bytes | bytearray | memoryview, *, term: int, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Leader path: verify, stamp base offset and term, append; returns (base, last)."""
+        self._check_open()
+        mv = _byte_view(batch)
+        h = verify_batch(mv, self.config.max_batch_bytes)
+        base = self._end
+        return self._write(stamp_prefix(base, term), mv[16:], h, base, term, now_ms)
+
+    def append_stamped(
+        self, batch: bytes | bytearray | memoryview, *, now_ms: int | None = None
+    ) -> tuple[int, int]:
+        """Follower path: the batch already carries base offset (== end_offset) and term."""
+        self._check_open()
+        mv = _byte_view(batch)
+        h = verify_batch(mv, self.config.max_batch_bytes)
+        if h.base_offset != self._end:
+            raise InvalidRequestError(
+                f"batch base offset {h.base_offset} does not match log end offset {self._end}"
+            )
+        return self._write(bytes(mv[:16]), mv[16:], h, h.base_offset, h.term, now_ms)
+
+    def _write(
+        self,
+        prefix: bytes,
+        body: memoryview,
+        h: BatchHeader,
+        base: int,
+        term: int,
+        now_ms: int | None,
+    ) -> tuple[int, int]:
+        seg = self._segments[-1]
+        aged = self._aged(seg, now_ms)
+        if seg.size and (seg.size + h.batch_length > self.config.segment_bytes or aged):
+            seg = self._roll()
+            self._aged(seg, now_ms)
+        last = base + h.last_offset_delta
+        seg.append(prefix, body, h, base, last, term)
+        if not self._term_values or term != self._term_values[-1]:
+            self._term_offsets.append(base)
+            self._term_values.append(term)
+        handle = seg.data
+        with self._lock:
+            self._end = last + 1
+            self._dirty[id(handle)] = handle  # type: ignore[assignment]
+        return base, last
+
+    def _aged(self, seg: Segment, now_ms: int | None) -> bool:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if seg.roll_clock_ms is None:
+            seg.roll_clock_ms = now if seg.size == 0 else min(seg.first_timestamp or now, now)
+            return False
+        return now - seg.roll_clock_ms > self.config.segment_ms
+
+    def _roll(self) -> Segment:
+        old = self._segments[-1]
+        old.seal()
+        seg = Segment.create(self._dir, self._end, self.config.index_interval_bytes)
+        self._segments.append(seg)
+        self._bases.append(seg.base)
+        with self._lock:
+            self._dirty.pop(id(old.data), None)
+            self._dir_dirty = True
+        return seg
+
+    def roll(self) -> None:
+        """Seal the active segment now if it holds anything (tests, admin)."""
+        self._check_open()
+        if self._segments[-1].size:
+            self._roll()
+
+    # ---------------------------------------------------------------------------- durability
+
+    def flush(self) -> int:
+        """fdatasync everything appended before this call; returns the end offset covered.
+
+        Safe to call from a worker thread while the loop thread appends and reads.
+        """
+        with self._flush_lock:
+            with self._lock:
+                end = self._end
+                generation = self._generation
+                handles = list(self._dirty.values())
+                self._dirty.clear()
+                dir_dirty, self._dir_dirty = self._dir_dirty, False
+            try:
+                for handle in handles:
+                    if handle.fd >= 0:
+                        os.fdatasync(handle.fd)
+                if dir_dirty:
+                    fsync_dir(self._dir)
+            except BaseException:
+                with self._lock:
+                    for handle in handles:
+                        self._dirty[id(handle)] = handle
+                    self._dir_dirty = self._dir_dirty or dir_dirty
+                raise
+            with self._lock:
+                if generation != self._generation:
+                    return self._durable
+                if end > self._durable:
+                    self._durable = end
+                return end
+
+    # ------------------------------------------------------------------------------- lookups
+
+    def _segment_for(self, offset: int) -> Segment:
+        return self._segments[bisect_right(self._bases, offset) - 1]
+
+    def _check_range(self, offset: int, *, inclusive_end: bool) -> None:
+        end = self._end
+        if offset < self._start or offset > end or (offset == end and not inclusive_end):
+            raise OffsetOutOfRangeError(offset, self._start, end)
+
+    def term_at(self, offset: int) -> int:
+        """Term of the batch holding ``offset``; for start_offset - 1 the term before start."""
+        if offset == self._start - 1:
+            return self._prev_term
+        self._check_range(offset, inclusive_end=False)
+        return self._term_values[bisect_right(self._term_offsets, offset) - 1]
+
+    def batch_bounds(self, offset: int) -> tuple[int, int]:
+        self._check_range(offset, inclusive_end=False)
+        _, h = self._segment_for(offset).locate(offset)
+        return h.base_offset, h.last_offset
+
+    def read(self, offset: int, max_bytes: int, *, upto: int | None = None) -> LogSlice:
+        """Whole batches from the one holding ``offset``, within one segment (Kafka fetch)."""
+        self._check_range(offset, inclusive_end=True)
+        limit = self._end if upto is None else min(upto, self._end)
+        if offset == self._end or offset >= limit:
+            return self._empty_slice(offset)
+        seg = self._segment_for(offset)
+        pos, h = seg.locate(offset)
+        if h.last_offset >= limit:
+            return self._empty_slice(offset)
+        length, nxt = seg.extent(pos, h, max_bytes, limit, _NO_LIMIT)
+        assert seg.data is not None
+        return LogSlice(seg.data, seg.log_path, pos, length, h.base_offset, nxt)
+
+    def _empty_slice(self, offset: int) -> LogSlice:
+        seg = self._segments[-1]
+        assert seg.data is not None
+        return LogSlice(seg.data, seg.log_path, seg.size, 0, offset, offset)
+
+    def batches(self, start: int, end: int, max_bytes: int) -> list[memoryview]:
+        """Whole batches covering [start, end), at least one, crc-verified (Raft replication)."""
+        self._check_range(start, inclusive_end=True)
+        end = min(end, self._end)
+        out: list[memoryview] = []
+        remaining = max_bytes
+        cur = start
+        while cur < end:
+            seg = self._segment_for(cur)
+            pos, h = seg.locate(cur)
+            if out and h.batch_length > remaining:
+                break
+            assert seg.data is not None
+            length, nxt = seg.extent(pos, h, remaining, _NO_LIMIT, end)
+            data = memoryview(pread_exact(seg.data.fd, length, pos, seg.log_path))
+            at = 0
+            while at < length:
+                size = int.from_bytes(data[at + 16 : at + 20], "little", signed=True)
+                one = data[at : at + size]
+                try:
+                    verify_batch(one)
+                except Exception as exc:
+                    raise CorruptLogError(
+                        f"{seg.log_path}: corrupt batch at position {pos + at}: {exc}"
+                    ) from exc
+                out.append(one)
+                at += size
+            remaining -= length
+            cur = nxt
+            if remaining <= 0:
+                break
+        return out
+
+    def offset_for_timestamp(self, ts_ms: int) -> int | None:
+        """First offset whose batch max_timestamp >= ts_ms, from the indexes' running max."""
+        from bisect import bisect_left
+
+        for seg in self._segments:
+            if seg.max_ts < ts_ms:
+                continue
+            idx = seg.idx
+            k = bisect_left(idx.max_ts, ts_ms)
+            if k < len(idx):
+                lo = idx.positions[k - 1] if k else 0
+                hi = idx.positions[k] + 1
+            else:
+                lo, hi = idx.positions[-1], seg.size
+            for _pos, h in seg.walk(lo, hi):
+                if h.max_timestamp >= ts_ms:
+                    return h.base_offset
+            raise CorruptLogError(
+                f"{seg.log_path}: index promises timestamp {ts_ms}, data has none"
+            )
+        return None
+
+    # ----------------------------------------------------------------- truncation and resets
+
+    def truncate(self, offset: int) -> None:
+        """Remove every batch from ``offset`` on (a batch boundary); durable on return."""
+        self._check_open()
+        if offset < self._start or offset > self._end:
+            raise InvalidRequestError(
+                f"cannot truncate to {offset}: outside [{self._start}, {self._end}]"
+            )
+        if offset == self._end:
+            return
+        i = bisect_right(self._bases, offset) - 1
+        seg = self._segments[i]
+        pos, h = seg.locate(offset)
+        if h.base_offset != offset:
+            raise InvalidRequestError(
+                f"cannot truncate to {offset}: inside batch [{h.base_offset}, {h.last_offset}]"
+            )
+        removed = self._segments[i + 1 :]
+        for s in reversed(removed):
+            s.delete()
+        if removed:
+            fsync_dir(self._dir)
+        seg.truncate_to(pos)
+        del self._segments[i + 1 :], self._bases[i + 1 :]
+        k = bisect_right(self._term_offsets, offset - 1)
+        del self._term_offsets[k:], self._term_values[k:]
+        with self._lock:
+            self._end = offset
+            self._durable = offset
+            self._generation += 1
+            for s in removed:
+                self._dirty.pop(id(s.data), None)
+            self._dirty.pop(id(seg.data), None)
+        log.info("truncated log", directory=str(self._dir), offset=offset)
+
+    def reset(self, start_offset: int, prev_term: int) -> None:
+        """Drop everything; the log restarts empty at ``start_offset``. Durable on return."""
+        self._check_open()
+        if start_offset < 0:
+            raise InvalidRequestError(f"cannot reset to negative offset {start_offset}")
+        marker_first = start_offset >= self._end
+        if marker_first:  # a crash leaves only segments below the new start: deleted on open
+            write_start(self._dir, start_offset, prev_term)
+        for s in reversed(self._segments):
+            s.delete()
+        fsync_dir(self._dir)
+        if not marker_first:
+            write_start(self._dir, start_offset, prev_term)
+        seg = Segment.create(self._dir, start_offset, self.config.index_interval_bytes)
+        fsync_dir(self._dir)
+        self._segments = [seg]
+        self._bases = [start_offset]
+        self._start = start_offset
+        self._prev_term = prev_term
+        self._term_offsets.clear()
+        self._term_values.clear()
+        with self._lock:
+            self._end = start_offset
+            self._durable = start_offset
+            self._generation += 1
+            self._dirty.clear()
+        log.info("reset log", directory=str(self._dir), start=start_offset, prev_term=prev_term)
+
+    def expire(self, now_ms: int, upto: int | None = None) -> int:
+        """Delete the oldest sealed segments past retention; returns how many were deleted."""
+        self._check_open()
+        cfg = self.config
+        excess = self.size_bytes - cfg.retention_bytes if cfg.retention_bytes is not None else -1
+        count = 0
+        for seg in self._segments[:-1]:
+            if upto is not None and seg.end > upto:
+                break
+            old = cfg.retention_ms is not None and seg.max_ts < now_ms - cfg.retention_ms
+            big = cfg.retention_bytes is not None and excess >= seg.size
+            if not (old or big):
+                break
+            excess -= seg.size
+            count += 1
+        if not count:
+            return 0
+        new_start = self._segments[count].base
+        prev_term = self.term_at(new_start - 1)
+        first_term = self.term_at(new_start) if new_start < self._end else None
+        write_start(self._dir, new_start, prev_term)
+        for seg in self._segments[:count]:
+            seg.delete()
+        del self._segments[:count], self._bases[:count]
+        k = bisect_right(self._term_offsets, new_start)
+        del self._term_offsets[:k], self._term_values[:k]
+        if first_term is not None:
+            self._term_offsets.insert(0, new_start)
+            self._term_values.insert(0, first_term)
+        self._start = new_start
+        self._prev_term = prev_term
+        log.info("expired segments", directory=str(self._dir), count=count, start=new_start)
+        return count
+
+    # ---------------------------------------------------------------------------- validation
+
+    def verify(self) -> int:
+        """Read and crc-check every batch and index entry; returns the number of batches.
+
+        Raises CorruptLogError naming the file and position of the first problem.
+        """
+        total = 0
+        expected = self._start
+        for seg in self._segments:
+            if seg.base != expected:
+                raise CorruptLogError(f"{seg.log_path}: starts at {seg.base}, expected {expected}")
+            total += _verify_segment(seg)
+            expected = seg.end
+        return total
+
+    # ------------------------------------------------------------------------------- closing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("the log is closed")
+
+    def close(self) -> None:
+        """Flush and release every file."""
+        if self._closed:
+            return
+        self.flush()
+        with self._flush_lock:
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            self._dirty.clear()
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _byte_view(batch: bytes | bytearray | memoryview) -> memoryview:
+    mv = memoryview(batch)
+    return mv if mv.format == "B" else mv.cast("B")
+
+
+def _verify_segment(seg: Segment) -> int:
+    """Full crc scan of one segment, also checking that index entries sit on batch starts."""
+    entries = dict(
+        zip(seg.idx.positions, zip(seg.idx.offsets, seg.idx.terms, strict=True), strict=True)
+    )
+    seen = 0
+    count = 0
+
+    def on_batch(pos: int, h: BatchHeader) -> None:
+        nonlocal seen, count
+        count += 1
+        entry = entries.get(pos)
+        if entry is not None:
+            if entry != (h.base_offset, h.term):
+                raise CorruptLogError(
+                    f"{seg.index_path}: entry for position {pos} says {entry}, batch is "
+                    f"({h.base_offset}, {h.term})"
+                )
+            seen += 1
+
+    stop, reason = seg.scan(0, seg.base, seg.size, on_batch)
+    if reason is not None:
+        raise CorruptLogError(f"{seg.log_path}: corrupt batch at position {stop}: {reason}")
+    if seen != len(entries):
+        raise CorruptLogError(f"{seg.index_path}: entries point between batches")
+    return count

@@ -1,0 +1,467 @@
+"""One segment of a partition log: a data file of whole batches plus its two indexes.
+
+A segment is either active (the last one, appended to) or sealed (immutable, fsynced when it was
+rolled). Sealed segments are trusted through their indexes on open; the active segment is
+recovered by verifying every batch after its last usable index entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import structlog
+
+from laminar.errors import CorruptBatchError, CorruptLogError
+from laminar.segment.batch import HEADER_SIZE, BatchHeader, read_header, verify_batch
+from laminar.segment.fileio import FileHandle, open_append, pread_exact, rewrite_file
+from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+
+log = structlog.get_logger(__name__)
+
+CHUNK = 1 << 20  # read size when scanning data files
+WALK_CHUNK = 1 << 16  # read size when walking headers only
+PENDING_FLUSH = 4096  # buffered index bytes written to the index files past this size
+
+
+def segment_name(base: int) -> str:
+    return f"{base:020d}"
+
+
+class Segment:
+    """Files and in-memory state of one segment; the PartitionLog coordinates segments."""
+
+    def __init__(self, directory: Path, base: int, interval: int) -> None:
+        self.base = base
+        name = segment_name(base)
+        self.log_path = directory / f"{name}.log"
+        self.index_path = directory / f"{name}.index"
+        self.time_path = directory / f"{name}.timeindex"
+        self.interval = interval
+        self.data: FileHandle | None = None
+        self.index_fh: FileHandle | None = None
+        self.time_fh: FileHandle | None = None
+        self.idx = OffsetIndex(base)
+        self.tidx = TimeIndex(base)
+        self.size = 0  # bytes of whole batches in the data file
+        self.end = base  # next offset after the last batch
+        self.last_term = 0
+        self.max_ts = NO_TIMESTAMP
+        self.max_off = base
+        self.max_pos = 0
+        self.sealed = False
+        # wall-clock ms of the first append (time-based rolling); after a restart the first
+        # batch's timestamp stands in for it (see PartitionLog._aged)
+        self.roll_clock_ms: int | None = None
+        self._pending_idx = bytearray()
+        self._pending_time = bytearray()
+
+    # ----------------------------------------------------------------- creation and opening
+
+    @classmethod
+    def create(cls, directory: Path, base: int, interval: int) -> Segment:
+        seg = cls(directory, base, interval)
+        for path in (seg.log_path, seg.index_path, seg.time_path):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            os.close(fd)
+        seg.data = open_append(seg.log_path)
+        seg._open_index_files()
+        return seg
+
+    def _open_index_files(self) -> None:
+        if self.index_fh is None:
+            self.index_fh = open_append(self.index_path)
+        if self.time_fh is None:
+            self.time_fh = open_append(self.time_path)
+
+    @classmethod
+    def open_sealed(cls, directory: Path, base: int, next_base: int, interval: int) -> Segment:
+        """Open a sealed segment through its index; rebuild the index if it is unusable."""
+        seg = cls(directory, base, interval)
+        seg.sealed = True
+        seg.data = open_append(seg.log_path, create=False)
+        size = seg.data.size()
+        if size == 0:
+            raise CorruptLogError(f"{seg.log_path}: sealed segment is empty")
+        idx, whole = OffsetIndex.parse(base, _read_or_empty(seg.index_path), size)
+        if whole and idx.offsets[-1] < next_base and seg._check_tail(idx, next_base, size):
+            seg.idx = idx
+            seg.size, seg.end, seg.last_term = size, next_base, idx.terms[-1]
+            seg._check_time_index()
+            return seg
+        log.warning("rebuilding offset index", file=str(seg.index_path))
+        seg._rebuild_sealed(next_base, size)
+        return seg
+
+    def _check_tail(self, idx: OffsetIndex, next_base: int, size: int) -> bool:
+        """Walk the headers after the last index entry: contiguous, same term, exact end."""
+        expected = idx.offsets[-1]
+        term = idx.terms[-1]
+        running = idx.max_ts[-1]
+        max_off, max_pos = self.base, 0
+        last_end = -1
+        try:
+            for pos, h in self.walk(idx.positions[-1], size):
+                if h.base_offset != expected or h.term != term:
+                    return False
+                if h.max_timestamp > running:
+                    running, max_off, max_pos = h.max_timestamp, h.base_offset, pos
+                expected = h.next_offset
+                last_end = pos + h.batch_length
+        except CorruptBatchError:
+            return False
+        if expected != next_base or last_end != size:
+            return False
+        self.max_ts, self.max_off, self.max_pos = running, max_off, max_pos
+        return True
+
+    def _check_time_index(self) -> None:
+        """A sealed time index must end with the segment's max timestamp; rewrite it if not."""
+        data = _read_or_empty(self.time_path)
+        entry = TimeIndex.parse(self.base, data[-16:], self.size) if data else None
+        if (
+            entry is not None
+            and len(data) % 16 == 0
+            and entry.timestamps[0] == self.max_ts
+            and entry.offsets[0] < self.end
+        ):
+            return
+        log.warning("rebuilding time index", file=str(self.time_path))
+        self._derive_time_index(seal=True)
+        _write_whole(self.time_path, self.tidx.to_bytes())
+
+    def _rebuild_sealed(self, next_base: int, size: int) -> None:
+        self.idx = OffsetIndex(self.base)
+        self.tidx = TimeIndex(self.base)
+        stop, reason = self.scan(0, self.base, size, self._track_quiet)
+        if reason is not None:
+            raise CorruptLogError(f"{self.log_path}: corrupt batch at position {stop}: {reason}")
+        if self.end != next_base:
+            raise CorruptLogError(
+                f"{self.log_path}: segment ends at offset {self.end}, next segment starts at "
+                f"{next_base}"
+            )
+        self._derive_time_index(seal=True)
+        _write_whole(self.index_path, self.idx.to_bytes())
+        _write_whole(self.time_path, self.tidx.to_bytes())
+
+    @classmethod
+    def recover_active(cls, directory: Path, base: int, interval: int) -> Segment:
+        """Open the last segment: verify every batch after the last good index entry and cut
+        a torn or corrupt tail."""
+        seg = cls(directory, base, interval)
+        seg.data = open_append(seg.log_path)
+        size = seg.data.size()
+        idx, _ = OffsetIndex.parse(base, _read_or_empty(seg.index_path), size)
+        while len(idx) and not seg._entry_matches(idx, size):
+            idx.keep(len(idx) - 1)
+        seg.idx = idx
+        if len(idx):
+            start = idx.positions[-1]
+            seg.last_term = idx.terms[-1]
+            seg.max_ts = idx.max_ts[-1]
+            seg.size, seg.end = start, idx.offsets[-1]
+            first_pos: int | None = start  # batch already indexed: do not index it again
+        else:
+            start, first_pos = 0, None
+
+        def on_batch(pos: int, h: BatchHeader) -> None:
+            if pos == first_pos:
+                seg.size, seg.end = pos + h.batch_length, h.next_offset
+            else:
+                seg._track_quiet(pos, h)
+
+        stop, reason = seg.scan(start, seg.end, size, on_batch)
+        if reason is not None:
+            log.warning(
+                "truncating torn or corrupt tail of the active segment",
+                file=str(seg.log_path),
+                position=stop,
+                dropped_bytes=size - stop,
+                reason=reason,
+            )
+            if stop == first_pos:  # the indexed batch itself is bad
+                idx.keep(len(idx) - 1)
+                seg._restore_tail_state(stop)
+            os.ftruncate(seg.data.fd, stop)
+        seg._derive_time_index(seal=False)
+        seg._open_index_files()
+        assert seg.index_fh is not None and seg.time_fh is not None
+        rewrite_file(seg.index_fh, seg.idx.to_bytes())
+        rewrite_file(seg.time_fh, seg.tidx.to_bytes())
+        return seg
+
+    def _entry_matches(self, idx: OffsetIndex, size: int) -> bool:
+        assert self.data is not None
+        pos = idx.positions[-1]
+        try:
+            h = read_header(os.pread(self.data.fd, HEADER_SIZE, pos))
+        except CorruptBatchError:
+            return False
+        return (
+            h.base_offset == idx.offsets[-1]
+            and h.term == idx.terms[-1]
+            and pos + h.batch_length <= size
+            and h.max_timestamp <= idx.max_ts[-1]
+        )
+
+    def _derive_time_index(self, *, seal: bool) -> None:
+        tidx = TimeIndex(self.base)
+        last = NO_TIMESTAMP
+        idx = self.idx
+        for off, pos, mx in zip(idx.offsets, idx.positions, idx.max_ts, strict=True):
+            if mx > last:
+                tidx.add(mx, off, pos)
+                last = mx
+        if seal and self.max_ts > last:
+            tidx.add(self.max_ts, self.max_off, self.max_pos)
+        self.tidx = tidx
+
+    # ----------------------------------------------------------------------------- appends
+
+    @property
+    def first_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (the age used for time-based rolling)."""
+        return self.tidx.timestamps[0] if len(self.tidx) else None
+
+    def append(
+        self, prefix: bytes, body: memoryview, h: BatchHeader, base: int, last: int, term: int
+    ) -> None:
+        """Write prefix+body (one batch) at the end; on a failed write the file is cut back."""
+        assert self.data is not None
+        pos = self.size
+        length = h.batch_length
+        try:
+            written = os.writev(self.data.fd, (prefix, body))
+            if written != length:
+                raise OSError(f"short write of {written} of {length} bytes to {self.log_path}")
+        except BaseException:
+            os.ftruncate(self.data.fd, pos)
+            raise
+        # inline _track for the hot path
+        mx = h.max_timestamp
+        if mx > self.max_ts:
+            self.max_ts, self.max_off, self.max_pos = mx, base, pos
+        idx = self.idx
+        if not idx.offsets or term != self.last_term or pos - idx.positions[-1] >= self.interval:
+            self._pending_idx += idx.add(base, pos, term, self.max_ts)
+            if self.max_ts > self.tidx.last_timestamp:
+                self._pending_time += self.tidx.add(self.max_ts, base, pos)
+            if len(self._pending_idx) >= PENDING_FLUSH:
+                self.write_pending()
+        self.size = pos + length
+        self.end = last + 1
+        self.last_term = term
+
+    def _track_quiet(self, pos: int, h: BatchHeader) -> None:
+        """Apply the index rules to an existing batch (rebuild/recovery); no file writes."""
+        mx = h.max_timestamp
+        if mx > self.max_ts:
+            self.max_ts, self.max_off, self.max_pos = mx, h.base_offset, pos
+        idx = self.idx
+        if not idx.offsets or h.term != self.last_term or pos - idx.positions[-1] >= self.interval:
+            idx.add(h.base_offset, pos, h.term, self.max_ts)
+        self.size = pos + h.batch_length
+        self.end = h.next_offset
+        self.last_term = h.term
+
+    def write_pending(self) -> None:
+        """Write buffered index entries (index files are rebuilt on recovery, never fsynced
+        while active)."""
+        if self._pending_idx and self.index_fh is not None:
+            os.write(self.index_fh.fd, self._pending_idx)
+            self._pending_idx.clear()
+        if self._pending_time and self.time_fh is not None:
+            os.write(self.time_fh.fd, self._pending_time)
+            self._pending_time.clear()
+
+    def seal(self) -> None:
+        """Make the segment immutable and durable (data and both indexes)."""
+        assert self.data is not None
+        self.write_pending()
+        if self.max_ts > self.tidx.last_timestamp:
+            entry = self.tidx.add(self.max_ts, self.max_off, self.max_pos)
+            assert self.time_fh is not None
+            os.write(self.time_fh.fd, entry)
+        os.fdatasync(self.data.fd)
+        for fh in (self.index_fh, self.time_fh):
+            if fh is not None:
+                os.fdatasync(fh.fd)
+                fh.close()
+        self.index_fh = self.time_fh = None
+        self.sealed = True
+
+    # ------------------------------------------------------------------------------ reading
+
+    def walk(self, pos: int, limit: int) -> Iterator[tuple[int, BatchHeader]]:
+        """Headers of the batches starting in [pos, limit), read in chunks (no crc check)."""
+        assert self.data is not None
+        fd = self.data.fd
+        buf = b""
+        buf_pos = pos
+        while pos < limit:
+            rel = pos - buf_pos
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, max(HEADER_SIZE, min(WALK_CHUNK, limit - pos)), pos)
+                buf_pos, rel = pos, 0
+            h = read_header(buf, rel)
+            yield pos, h
+            pos += h.batch_length
+
+    def locate(self, offset: int) -> tuple[int, BatchHeader]:
+        """Position and header of the batch containing ``offset`` (which must be < end)."""
+        i = self.idx.floor(offset)
+        if i < 0:
+            raise CorruptLogError(f"{self.log_path}: offset {offset} is before the segment")
+        try:
+            for pos, h in self.walk(self.idx.positions[i], self.size):
+                if h.base_offset > offset:
+                    break
+                if offset <= h.last_offset:
+                    return pos, h
+        except CorruptBatchError as exc:
+            raise CorruptLogError(f"{self.log_path}: unreadable batch header: {exc}") from exc
+        raise CorruptLogError(f"{self.log_path}: no batch holds offset {offset}")
+
+    def extent(
+        self, pos: int, h: BatchHeader, max_bytes: int, last_limit: int, base_limit: int
+    ) -> tuple[int, int]:
+        """Byte length and next offset of the run of whole batches starting with ``h`` at
+        ``pos``: the first always, then more while the total stays <= max_bytes, each batch's
+        last offset < last_limit and base offset < base_limit."""
+        length = h.batch_length
+        nxt = h.next_offset
+        cur = pos + length
+        bound = min(last_limit, base_limit)
+        if nxt >= self.end or cur - pos >= max_bytes or nxt >= bound:
+            return length, nxt
+        if self.size - pos <= max_bytes and self.end <= bound:
+            return self.size - pos, self.end
+        idx = self.idx
+        k = min(bisect_right(idx.positions, pos + max_bytes), bisect_right(idx.offsets, bound)) - 1
+        if k >= 0 and idx.positions[k] > cur:
+            cur, nxt = idx.positions[k], idx.offsets[k]
+        try:
+            for p, b in self.walk(cur, self.size):
+                if (
+                    p + b.batch_length - pos > max_bytes
+                    or b.last_offset >= last_limit
+                    or b.base_offset >= base_limit
+                ):
+                    break
+                cur, nxt = p + b.batch_length, b.next_offset
+        except CorruptBatchError as exc:
+            raise CorruptLogError(f"{self.log_path}: unreadable batch header: {exc}") from exc
+        return cur - pos, nxt
+
+    def scan(
+        self,
+        pos: int,
+        expected: int,
+        limit: int,
+        on_batch: Callable[[int, BatchHeader], None],
+    ) -> tuple[int, str | None]:
+        """Verify whole batches (crc, contiguous offsets) from pos to limit.
+
+        Returns (position reached, None) or (position of the first bad batch, reason).
+        """
+        assert self.data is not None
+        fd = self.data.fd
+        buf = b""
+        buf_pos = pos
+        while pos < limit:
+            rel = pos - buf_pos
+            if rel + HEADER_SIZE > len(buf):
+                if limit - pos < HEADER_SIZE:
+                    return pos, f"torn batch header ({limit - pos} bytes at the end)"
+                buf = pread_exact(fd, min(CHUNK, limit - pos), pos, self.log_path)
+                buf_pos, rel = pos, 0
+            try:
+                h = read_header(buf, rel)
+            except CorruptBatchError as exc:
+                return pos, str(exc)
+            n = h.batch_length
+            if pos + n > limit:
+                return pos, f"torn batch: {n} bytes announced, {limit - pos} left in the file"
+            if rel + n > len(buf):
+                buf = pread_exact(fd, max(n, min(CHUNK, limit - pos)), pos, self.log_path)
+                buf_pos, rel = pos, 0
+            try:
+                verify_batch(memoryview(buf)[rel : rel + n])
+            except CorruptBatchError as exc:
+                return pos, str(exc)
+            if h.base_offset != expected:
+                return pos, f"batch base offset {h.base_offset}, expected {expected}"
+            on_batch(pos, h)
+            expected = h.next_offset
+            pos += n
+        return pos, None
+
+    # --------------------------------------------------------------------------- truncation
+
+    def truncate_to(self, pos: int) -> None:
+        """Cut the segment at batch boundary ``pos`` and make the cut durable; unseals it."""
+        assert self.data is not None
+        self.write_pending()
+        os.ftruncate(self.data.fd, pos)
+        if pos == 0:
+            self.roll_clock_ms = None
+        idx = self.idx
+        idx.keep(bisect_left(idx.positions, pos))
+        self._restore_tail_state(pos)
+        self._derive_time_index(seal=False)
+        self._open_index_files()
+        assert self.index_fh is not None and self.time_fh is not None
+        rewrite_file(self.index_fh, idx.to_bytes())
+        rewrite_file(self.time_fh, self.tidx.to_bytes())
+        os.fdatasync(self.data.fd)
+        os.fdatasync(self.index_fh.fd)
+        os.fdatasync(self.time_fh.fd)
+        self.sealed = False
+
+    def _restore_tail_state(self, limit: int) -> None:
+        """Recompute size/end/term/max timestamp from the last index entry up to ``limit``."""
+        idx = self.idx
+        self.max_off, self.max_pos = self.base, 0
+        if not len(idx):
+            self.size, self.end, self.last_term, self.max_ts = 0, self.base, 0, NO_TIMESTAMP
+            return
+        self.max_ts = idx.max_ts[-1]
+        self.max_off, self.max_pos = idx.offsets[-1], idx.positions[-1]
+        self.last_term = idx.terms[-1]
+        for p, h in self.walk(idx.positions[-1], limit):
+            if h.max_timestamp > self.max_ts:
+                self.max_ts, self.max_off, self.max_pos = h.max_timestamp, h.base_offset, p
+            self.size, self.end = p + h.batch_length, h.next_offset
+
+    def delete(self) -> None:
+        """Unlink the files; descriptors close when their last user (slice, flush) lets go."""
+        self.index_fh = self.time_fh = None
+        for path in (self.log_path, self.index_path, self.time_path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def close(self) -> None:
+        self.write_pending()
+        for fh in (self.data, self.index_fh, self.time_fh):
+            if fh is not None:
+                fh.close()
+
+
+def _read_or_empty(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
