@@ -1,0 +1,813 @@
+"""The `laminar` command: run nodes, a local dev cluster, and talk to a cluster.
+
+User mistakes (bad options, unknown topics, an unreachable cluster) end with one line on
+stderr starting with "error:" and exit code 1; tracebacks are for bugs only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+import uvloop
+
+from laminar.client import (
+    DEFAULT_BOOTSTRAP,
+    Admin,
+    Consumer,
+    ConsumerRecord,
+    Producer,
+    TopicPartition,
+)
+from laminar.client.descriptions import ClusterStatus, TopicDescription
+from laminar.client.localcluster import LocalCluster
+from laminar.client.offsets import list_offsets
+from laminar.errors import LaminarError, TopicExistsError
+from laminar.protocol import ACKS_BY_NAME, EARLIEST, LATEST
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="laminar",
+    help="laminar: a distributed, partitioned, Raft-replicated, immutable log.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+node_app = typer.Typer(help="Run a node.", no_args_is_help=True, rich_markup_mode=None)
+topic_app = typer.Typer(
+    help="Create, list, describe and delete topics.", no_args_is_help=True, rich_markup_mode=None
+)
+cluster_app = typer.Typer(help="Inspect the cluster.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(node_app, name="node")
+app.add_typer(topic_app, name="topic")
+app.add_typer(cluster_app, name="cluster")
+
+Bootstrap = Annotated[
+    str,
+    typer.Option(
+        "--bootstrap",
+        "-b",
+        envvar="LAMINAR_BOOTSTRAP",
+        help="Client addresses host:port[,host:port...] of any cluster nodes.",
+    ),
+]
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, no traceback."""
+
+
+def fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    """Run a client coroutine on uvloop, turning expected failures into one-line errors."""
+    try:
+        return uvloop.run(_call(coro_fn))
+    except UserError as exc:
+        fail(str(exc))
+    except ConnectionError as exc:
+        fail(f"{exc} (is the cluster running? `laminar dev` starts one; see --bootstrap)")
+    except LaminarError as exc:
+        fail(f"{exc} ({type(exc).__name__})")
+    except (ValueError, TypeError, OSError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+async def _call(coro_fn: Callable[[], Awaitable[T]]) -> T:
+    return await coro_fn()
+
+
+# parsing ---------------------------------------------------------------------------------
+DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """'500ms', '30s', '15m', '12h', '7d' or plain milliseconds -> ms; UserError otherwise."""
+    text = text.strip().lower()
+    for unit in sorted(DURATION_UNITS, key=len, reverse=True):
+        number = text.removesuffix(unit)
+        if number != text:
+            break
+    else:
+        unit, number = "ms", text
+    try:
+        value = float(number)
+    except ValueError:
+        raise UserError(
+            f"{text!r} is not a duration (examples: 500ms, 30s, 15m, 12h, 7d)"
+        ) from None
+    if value < 0:
+        raise UserError(f"duration {text!r} is negative")
+    return int(value * DURATION_UNITS[unit])
+
+
+def parse_retention(text: str) -> int:
+    """A retention option: a duration, or 'forever' (-1, the wire's keep-forever value)."""
+    if text.strip().lower() in ("forever", "infinite", "none", "-1"):
+        return -1
+    value = parse_duration_ms(text)
+    if value == 0:
+        raise UserError("retention must be positive (or 'forever')")
+    return value
+
+
+def parse_size(text: str) -> int:
+    """'512', '64k', '16MiB', '1g' -> bytes."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    cleaned = text.strip().lower().removesuffix("ib").removesuffix("b")
+    multiplier = 1
+    if cleaned and cleaned[-1] in units:
+        multiplier = units[cleaned[-1]]
+        cleaned = cleaned[:-1]
+    try:
+        value = int(float(cleaned) * multiplier)
+    except ValueError:
+        raise UserError(f"{text!r} is not a size (examples: 1048576, 64k, 16MiB, 1g)") from None
+    if value <= 0:
+        raise UserError(f"size {text!r} must be positive")
+    return value
+
+
+StartPosition = tuple[str, int]
+"""("earliest"|"latest", 0), ("offset", n) or ("timestamp", ms)."""
+
+
+def parse_start(text: str, now_ms: int | None = None) -> StartPosition:
+    """--from: earliest, latest, an offset, @MS / an ISO date-time, or -DURATION (ago)."""
+    value = text.strip()
+    lowered = value.lower()
+    if lowered in ("earliest", "beginning", "start"):
+        return ("earliest", EARLIEST)
+    if lowered in ("latest", "end"):
+        return ("latest", LATEST)
+    if value.isdigit():
+        return ("offset", int(value))
+    if value.startswith("@") and value[1:].isdigit():
+        return ("timestamp", int(value[1:]))
+    now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if value.startswith("-") and len(value) > 1:
+        try:
+            return ("timestamp", max(now - parse_duration_ms(value[1:]), 0))
+        except UserError:
+            pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(
+            f"--from {text!r} is not earliest, latest, an offset, @<ms since epoch>, "
+            "an ISO date-time or -<duration> (e.g. -15m)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return ("timestamp", int(moment.timestamp() * 1000))
+
+
+def parse_header(text: str) -> tuple[str, bytes]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise UserError(f"header {text!r} is not NAME=VALUE")
+    return name, value.encode()
+
+
+def text_of(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def format_timestamp(ms: int) -> str:
+    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def format_record(record: ConsumerRecord, style: str) -> str:
+    if style == "value":
+        return text_of(record.value)
+    if style == "json":
+        return json.dumps(
+            {
+                "topic": record.topic,
+                "partition": record.partition,
+                "offset": record.offset,
+                "timestamp": record.timestamp,
+                "key": None if record.key is None else text_of(record.key),
+                "value": None if record.value is None else text_of(record.value),
+                "headers": {name: text_of(value) for name, value in record.headers},
+            },
+            ensure_ascii=False,
+        )
+    key = "-" if record.key is None else text_of(record.key)
+    return (
+        f"{record.partition}:{record.offset}\t{format_timestamp(record.timestamp)}"
+        f"\t{key}\t{text_of(record.value)}"
+    )
+
+
+# node ------------------------------------------------------------------------------------
+@node_app.command("start")
+def node_start(
+    node_id: Annotated[int, typer.Option("--node-id", help="This node's id (>= 1).")],
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where this node keeps data.")],
+    listen: Annotated[str, typer.Option(help="Client address host:port.")] = "127.0.0.1:9092",
+    peer_listen: Annotated[
+        str, typer.Option(help="Peer (Raft/gossip) address; default client port + 1.")
+    ] = "",
+    peers: Annotated[
+        str, typer.Option(help="Initial cluster: '1=host:port,2=host:port,...' (peer addresses).")
+    ] = "",
+    join: Annotated[
+        list[str] | None, typer.Option(help="Peer address of a running node to join through.")
+    ] = None,
+    log_format: Annotated[str, typer.Option(help="console or json.")] = "console",
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Run one node in the foreground until SIGTERM or Ctrl-C."""
+    from laminar.node.config import NodeConfig, parse_peers
+
+    if node_id < 1:
+        fail("--node-id must be >= 1")
+    if log_format not in ("console", "json"):
+        fail(f"--log-format must be console or json, not {log_format!r}")
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        fail(f"--log-level must be debug, info, warning or error, not {log_level!r}")
+    if peers and join:
+        fail("give either --peers (a new cluster) or --join (an existing one), not both")
+    try:
+        config = NodeConfig(
+            node_id=node_id,
+            data_dir=data_dir,
+            listen=listen,
+            peer_listen=peer_listen,
+            peers=parse_peers(peers) if peers else {},
+            join=list(join or []),
+            log_format=log_format,
+            log_level=log_level.lower(),
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    if config.peers and node_id not in config.peers:
+        fail(f"--peers does not list this node ({node_id})")
+    from laminar.node import daemon
+
+    try:
+        daemon.run(config)
+    except OSError as exc:
+        fail(f"node {node_id} cannot start: {exc}")
+
+
+# dev -------------------------------------------------------------------------------------
+@app.command()
+def dev(
+    data_dir: Annotated[Path, typer.Option(help="Where the nodes keep data and logs.")] = Path(
+        ".laminar"
+    ),
+    nodes: Annotated[int, typer.Option(help="How many nodes.", min=1, max=9)] = 3,
+    base_port: Annotated[
+        int, typer.Option(help="Node N listens on base+100*(N-1), peers on that +1.")
+    ] = 9092,
+    topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
+    ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
+) -> None:
+    """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
+    ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
+    if ports[-1][1] > 65535:
+        fail("--base-port is too high for that many nodes")
+    cluster = LocalCluster(data_dir, ports)
+    code = uvloop.run(_dev(cluster, topic, ready_timeout))
+    raise typer.Exit(code)
+
+
+async def _dev(cluster: LocalCluster, topic: str, ready_timeout: float) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    count = len(cluster.nodes)
+    typer.echo(f"starting {count} nodes (data and logs under {cluster.root}/) ...")
+    cluster.start()
+    try:
+        ready = asyncio.ensure_future(_dev_prepare(cluster, topic, ready_timeout))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait([ready, stopping], return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            await asyncio.gather(ready, return_exceptions=True)
+            return 0
+        stopping.cancel()
+        try:
+            ready.result()
+        except (TimeoutError, RuntimeError, ConnectionError, LaminarError) as exc:
+            typer.echo(f"error: {exc}", err=True)
+            for node in cluster.nodes.values():
+                typer.echo(f"  node {node.node_id} log: {node.log_path}", err=True)
+            return 1
+        typer.echo(_dev_banner(cluster, topic))
+        reported: set[int] = set()
+        while not stop.is_set():
+            for node in cluster.exited():
+                if node.node_id not in reported:
+                    reported.add(node.node_id)
+                    typer.echo(
+                        f"warning: node {node.node_id} exited with code {node.returncode}; "
+                        f"see {node.log_path}",
+                        err=True,
+                    )
+            if len(reported) == count:
+                typer.echo("error: every node has exited", err=True)
+                return 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+        return 0
+    finally:
+        typer.echo("stopping nodes ...")
+        await asyncio.to_thread(cluster.stop, 10.0)
+        typer.echo("stopped")
+
+
+async def _dev_prepare(cluster: LocalCluster, topic: str, timeout: float) -> None:
+    await cluster.wait_ready(timeout)
+    async with Admin(cluster.bootstrap) as admin:
+        if topic not in await admin.list_topics():
+            replication = min(3, len(cluster.nodes))
+            with contextlib.suppress(TopicExistsError):
+                await admin.create_topic(topic, partitions=3, replication_factor=replication)
+
+
+def _dev_banner(cluster: LocalCluster, topic: str) -> str:
+    bootstrap = cluster.bootstrap
+    flag = "" if bootstrap == DEFAULT_BOOTSTRAP else f" --bootstrap {bootstrap}"
+    nodes = "\n".join(
+        f"  node {n.node_id}: {n.client_address} (pid {n.pid}, log {n.log_path})"
+        for n in cluster.nodes.values()
+    )
+    return f"""
+laminar dev cluster is running
+{nodes}
+
+Try, in another terminal:
+  laminar cluster status{flag}
+  laminar produce {topic} --value 'hello {{i}}' -n 1000{flag}
+  echo 'one line, one record' | laminar produce {topic}{flag}
+  laminar consume {topic} --from earliest{flag}
+  laminar consume {topic} --from latest --follow{flag}
+  laminar topic create events --partitions 6 --replication-factor 3 --retention 7d{flag}
+
+Or from Python:
+  import asyncio
+  from laminar.client import Producer, Consumer
+
+  async def main():
+      async with Producer("{bootstrap}") as producer:
+          sent = await producer.send_and_wait("{topic}", b"hello", key=b"user-1")
+          print(sent)
+      async with Consumer("{bootstrap}") as consumer:
+          await consumer.subscribe("{topic}")
+          await consumer.seek_to_beginning()
+          for record in await consumer.getmany(timeout_ms=1000):
+              print(record.partition, record.offset, record.value)
+
+  asyncio.run(main())
+
+Ctrl-C stops the cluster."""
+
+
+# topics ----------------------------------------------------------------------------------
+@topic_app.command("create")
+def topic_create(
+    name: str,
+    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
+    replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", min=1)] = 3,
+    retention: Annotated[
+        str | None, typer.Option(help="Keep data this long: 7d, 12h, 30m, or 'forever'.")
+    ] = None,
+    retention_bytes: Annotated[
+        str | None, typer.Option(help="Keep at most this much per partition: 1g, 512MiB.")
+    ] = None,
+    segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
+    segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Create a topic."""
+
+    async def go() -> TopicDescription:
+        options = {
+            "retention_ms": parse_retention(retention) if retention else None,
+            "retention_bytes": parse_size(retention_bytes) if retention_bytes else None,
+            "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
+            "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
+        }
+        async with Admin(bootstrap) as admin:
+            return await admin.create_topic(name, partitions, replication_factor, **options)
+
+    description = run(go)
+    typer.echo(
+        f"created topic {description.name} ({len(description.partitions)} partitions, "
+        f"replication factor {description.replication_factor})"
+    )
+
+
+@topic_app.command("list")
+def topic_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
+    """List topics with their partition count and replication factor."""
+
+    async def go() -> list[TopicDescription]:
+        async with Admin(bootstrap) as admin:
+            names = await admin.list_topics()
+            return [admin.cluster.topic(name) for name in names]
+
+    topics = run(go)
+    if not topics:
+        typer.echo("no topics")
+        return
+    rows = [["TOPIC", "PARTITIONS", "REPLICATION"]]
+    rows += [[t.name, str(len(t.partitions)), str(t.replication_factor)] for t in topics]
+    typer.echo(render_table(rows))
+
+
+@topic_app.command("describe")
+def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
+    """Show a topic's settings and where its partitions live."""
+
+    async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
+        async with Admin(bootstrap) as admin:
+            description = await admin.describe_topic(name)
+            tps = [TopicPartition(name, p.partition) for p in description.partitions]
+            return (
+                description,
+                await admin.list_offsets(tps, EARLIEST),
+                await admin.list_offsets(tps, LATEST),
+            )
+
+    description, starts, ends = run(go)
+    typer.echo(f"topic {description.name} (id {description.topic_id})")
+    typer.echo(f"  partitions:         {len(description.partitions)}")
+    typer.echo(f"  replication factor: {description.replication_factor}")
+    typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
+    if description.retention_bytes:
+        typer.echo(f"  retention bytes:    {description.retention_bytes}")
+    if description.segment_bytes:
+        typer.echo(f"  segment bytes:      {description.segment_bytes}")
+    if description.segment_ms:
+        typer.echo(f"  segment age:        {format_duration(description.segment_ms)}")
+    rows = [["PARTITION", "LEADER", "REPLICAS", "START", "END"]]
+    for p in description.partitions:
+        tp = TopicPartition(name, p.partition)
+        rows.append(
+            [
+                str(p.partition),
+                str(p.leader) if p.leader else "none",
+                ",".join(map(str, p.replicas)),
+                str(starts.get(tp, "?")),
+                str(ends.get(tp, "?")),
+            ]
+        )
+    typer.echo(render_table(rows))
+
+
+@topic_app.command("delete")
+def topic_delete(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
+    """Delete a topic and all its data."""
+
+    async def go() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.delete_topic(name)
+
+    run(go)
+    typer.echo(f"deleted topic {name}")
+
+
+def format_duration(ms: int) -> str:
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def format_retention(ms: int | None) -> str:
+    if ms is None:
+        return "node default"
+    if ms < 0:
+        return "forever"
+    return format_duration(ms)
+
+
+def render_table(rows: list[list[str]]) -> str:
+    """Left-aligned columns, two spaces apart (plain text: pipes and greps keep working)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+# produce ---------------------------------------------------------------------------------
+@app.command()
+def produce(
+    topic: str,
+    key: Annotated[str | None, typer.Option("--key", "-k", help="Key of every record.")] = None,
+    value: Annotated[
+        str | None, typer.Option("--value", "-v", help="The value; '{i}' becomes the index.")
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Send this file as one record.")
+    ] = None,
+    count: Annotated[
+        int | None, typer.Option("--count", "-n", min=1, help="Send COUNT records.")
+    ] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p", min=0)] = None,
+    header: Annotated[
+        list[str] | None, typer.Option("--header", "-H", help="NAME=VALUE, repeatable.")
+    ] = None,
+    key_separator: Annotated[
+        str | None, typer.Option(help="Split stdin lines into KEY<sep>VALUE.")
+    ] = None,
+    acks: Annotated[str, typer.Option(help="all, leader or none.")] = "all",
+    linger_ms: Annotated[float, typer.Option(help="Batching delay.")] = 5.0,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Send records: --value (COUNT times), --file, or one record per stdin line."""
+    if value is not None and file is not None:
+        fail("give either --value or --file, not both")
+    if acks not in ACKS_BY_NAME:
+        fail(f"--acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
+    if file is not None and count is not None:
+        fail("--file sends one record; --count does not apply")
+    try:
+        headers = tuple(parse_header(h) for h in header or [])
+    except UserError as exc:
+        fail(str(exc))
+    if file is not None:
+        try:
+            payloads: Iterator[tuple[bytes | None, bytes]] = iter([(_key(key), file.read_bytes())])
+        except OSError as exc:
+            fail(f"cannot read {file}: {exc.strerror or exc}")
+        total: int | None = 1
+    elif value is not None:
+        payloads = _repeat(key, value, count or 1)
+        total = count or 1
+    else:
+        if sys.stdin.isatty():
+            typer.echo("reading records from stdin, one per line (Ctrl-D ends) ...", err=True)
+        payloads = _stdin_lines(key, key_separator, count)
+        total = count
+
+    async def go() -> tuple[int, list[Any], float]:
+        return await _produce(
+            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms
+        )
+
+    sent, last, elapsed = run(go)
+    if sent == 1 and last:
+        meta = last[0]
+        where = f"offset {meta.offset}" if meta.offset >= 0 else "offset unknown (acks=none)"
+        typer.echo(f"produced 1 record to {topic} partition {meta.partition} {where}")
+    else:
+        rate = sent / elapsed if elapsed > 0 else 0.0
+        typer.echo(f"produced {sent} records to {topic} in {elapsed:.2f} s ({rate:,.0f} records/s)")
+
+
+def _key(key: str | None) -> bytes | None:
+    return None if key is None else key.encode()
+
+
+def _repeat(key: str | None, value: str, count: int) -> Iterator[tuple[bytes | None, bytes]]:
+    templated = "{i}" in value
+    fixed = value.encode()
+    encoded_key = _key(key)
+    for index in range(count):
+        yield encoded_key, (value.replace("{i}", str(index)).encode() if templated else fixed)
+
+
+def _stdin_lines(
+    key: str | None, separator: str | None, limit: int | None
+) -> Iterator[tuple[bytes | None, bytes]]:
+    encoded_key = _key(key)
+    for index, line in enumerate(sys.stdin.buffer):
+        if limit is not None and index >= limit:
+            return
+        data = line.rstrip(b"\r\n")
+        if separator:
+            record_key, sep, record_value = data.partition(separator.encode())
+            if not sep:
+                raise UserError(f"stdin line {index + 1} has no key separator {separator!r}")
+            yield record_key, record_value
+        else:
+            yield encoded_key, data
+
+
+async def _produce(
+    bootstrap: str,
+    topic: str,
+    payloads: Iterator[tuple[bytes | None, bytes]],
+    total: int | None,
+    partition: int | None,
+    headers: tuple[tuple[str, bytes], ...],
+    acks: str,
+    linger_ms: float,
+) -> tuple[int, list[Any], float]:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    started = time.perf_counter()
+    sent = 0
+    pending: list[asyncio.Future[Any]] = []
+    results: list[Any] = []
+    show_progress = total is not None and total > 1
+    console = Console(stderr=True)
+    with Progress(console=console, transient=True, disable=not show_progress) as progress:
+        task = progress.add_task(f"producing to {topic}", total=total)
+        async with Producer(bootstrap, acks=acks, linger_ms=linger_ms) as producer:
+            for record_key, record_value in payloads:
+                future = await producer.send(
+                    topic, record_value, key=record_key, headers=headers, partition=partition
+                )
+                pending.append(future)
+                sent += 1
+                if len(pending) >= 5_000:
+                    results = list(await asyncio.gather(*pending))
+                    progress.update(task, advance=len(pending))
+                    pending.clear()
+            await producer.flush()
+            if pending:
+                results = list(await asyncio.gather(*pending))
+                progress.update(task, advance=len(pending))
+    return sent, results[-1:], time.perf_counter() - started
+
+
+# consume ---------------------------------------------------------------------------------
+@app.command()
+def consume(
+    topic: str,
+    partition: Annotated[
+        list[int] | None, typer.Option("--partition", "-p", help="Only these partitions.")
+    ] = None,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="earliest, latest, an OFFSET, @MS, an ISO date-time, or -DURATION (e.g. -15m).",
+        ),
+    ] = "earliest",
+    follow: Annotated[
+        bool, typer.Option("--follow", "-F", help="Keep waiting for new records.")
+    ] = False,
+    count: Annotated[
+        int | None, typer.Option("--count", "-n", min=1, help="Stop after COUNT records.")
+    ] = None,
+    output: Annotated[str, typer.Option("--format", help="text, json or value.")] = "text",
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Print records: up to the current end, or forever with --follow."""
+    if output not in ("text", "json", "value"):
+        fail(f"--format must be text, json or value, not {output!r}")
+    try:
+        position = parse_start(start)
+    except UserError as exc:
+        fail(str(exc))
+
+    async def go() -> int:
+        return await _consume(bootstrap, topic, partition, position, follow, count, output)
+
+    run(go)
+
+
+async def _consume(
+    bootstrap: str,
+    topic: str,
+    partitions: list[int] | None,
+    position: StartPosition,
+    follow: bool,
+    count: int | None,
+    output: str,
+) -> int:
+    async with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+        description = await consumer.cluster.wait_for_topic(topic, 5.0)
+        available = [p.partition for p in description.partitions]
+        for number in partitions or []:
+            if number not in available:
+                raise UserError(
+                    f"topic {topic} has no partition {number} (it has {len(available)})"
+                )
+        tps = [TopicPartition(topic, p) for p in (partitions or available)]
+        await consumer.assign(tps)
+        kind, where = position
+        if kind == "earliest":
+            await consumer.seek_to_beginning(*tps)
+        elif kind == "latest":
+            await consumer.seek_to_end(*tps)
+        elif kind == "timestamp":
+            await consumer.seek_to_timestamp(tps, where)
+        else:
+            starts = await list_offsets(consumer.cluster, tps, EARLIEST)
+            ends = await list_offsets(consumer.cluster, tps, LATEST)
+            for tp in tps:
+                if not starts[tp] <= where <= ends[tp]:
+                    raise UserError(
+                        f"offset {where} is out of range for {topic}/{tp.partition} "
+                        f"[{starts[tp]}, {ends[tp]}]"
+                    )
+                await consumer.seek(tp, where)
+        ends = {} if follow else await list_offsets(consumer.cluster, tps, LATEST)
+        printed = 0
+        out = sys.stdout
+        while True:
+            if not follow and all(consumer.position(tp) >= ends[tp] for tp in tps):
+                break
+            for record in await consumer.getmany(timeout_ms=500):
+                if not follow and record.offset >= ends[TopicPartition(topic, record.partition)]:
+                    continue
+                out.write(format_record(record, output) + "\n")
+                printed += 1
+                if count is not None and printed >= count:
+                    out.flush()
+                    return printed
+            out.flush()
+        return printed
+
+
+# cluster ---------------------------------------------------------------------------------
+@cluster_app.command("status")
+def cluster_status(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Members, partitions, leaders and replica lag."""
+
+    async def go() -> ClusterStatus:
+        async with Admin(bootstrap) as admin:
+            return await admin.cluster_status()
+
+    status = run(go)
+    if as_json:
+        typer.echo(json.dumps(asdict(status), indent=2))
+        return
+    typer.echo(render_status(status))
+
+
+def render_status(status: ClusterStatus) -> str:
+    members = [["NODE", "ADDRESS", "STATE", "VOTER", "REPLICAS", "LEADERS"]]
+    for m in status.members:
+        node = f"{m.node_id}*" if m.node_id == status.metadata_leader else str(m.node_id)
+        members.append(
+            [
+                node,
+                m.address,
+                m.state,
+                "yes" if m.metadata_voter else "no",
+                str(m.replicas),
+                str(m.leaders),
+            ]
+        )
+    parts = [
+        f"members ({len(status.members)}; * = metadata leader)",
+        render_table(members),
+        "",
+        f"partitions ({len(status.partitions)})",
+    ]
+    if status.partitions:
+        rows = [["TOPIC", "PART", "LEADER", "TERM", "START", "HW", "END", "REPLICAS (LAG)"]]
+        for p in status.partitions:
+            replicas = " ".join(f"{r.node_id}({r.lag})" for r in p.replicas)
+            rows.append(
+                [
+                    p.topic,
+                    str(p.partition),
+                    str(p.leader) if p.leader else "none",
+                    str(p.term),
+                    str(p.start_offset),
+                    str(p.high_watermark),
+                    str(p.end_offset),
+                    replicas,
+                ]
+            )
+        parts.append(render_table(rows))
+    else:
+        parts.append("no partitions")
+    if status.moves:
+        parts += ["", f"replica moves ({len(status.moves)})"]
+        rows = [["TOPIC", "PART", "FROM", "TO", "STAGE"]]
+        rows += [
+            [m.topic, str(m.partition), str(m.from_node), str(m.to_node), m.stage]
+            for m in status.moves
+        ]
+        parts.append(render_table(rows))
+    return "\n".join(parts)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,226 @@
+"""A cluster of laminar nodes run as local child processes: `laminar dev` and the tests use it.
+
+Each node is ``python -m laminar node start ...`` with its log in a file. Nodes run in their
+own session so a terminal's Ctrl-C reaches only the supervisor, which then stops them in an
+orderly way (SIGTERM, SIGKILL after a timeout). On Linux a node also gets SIGTERM if its
+supervisor dies, so no node outlives a crashed test run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from laminar.client.admin import Admin
+from laminar.client.descriptions import ClusterStatus
+from laminar.errors import LaminarError
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGTERM us when the parent goes away."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@dataclass
+class LocalNode:
+    node_id: int
+    client_address: str
+    peer_address: str
+    data_dir: Path
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    _log_file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+
+class LocalCluster:
+    """Starts, stops, kills and restarts node processes on fixed local ports."""
+
+    def __init__(
+        self,
+        root: Path,
+        ports: Sequence[tuple[int, int]],
+        *,
+        host: str = "127.0.0.1",
+        python: str = sys.executable,
+        log_format: str = "json",
+        log_level: str = "info",
+        extra_args: Sequence[str] = (),
+    ) -> None:
+        """``ports`` holds one (client port, peer port) pair per node; node ids count from 1."""
+        self.root = Path(root)
+        self.python = python
+        self.log_format = log_format
+        self.log_level = log_level
+        self.extra_args = list(extra_args)
+        self.nodes: dict[int, LocalNode] = {}
+        for node_id, (client_port, peer_port) in enumerate(ports, start=1):
+            self.nodes[node_id] = LocalNode(
+                node_id=node_id,
+                client_address=f"{host}:{client_port}",
+                peer_address=f"{host}:{peer_port}",
+                data_dir=self.root / f"node-{node_id}",
+                log_path=self.root / f"node-{node_id}.log",
+            )
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.client_address for node in self.nodes.values())
+
+    @property
+    def peers(self) -> str:
+        return ",".join(f"{n.node_id}={n.peer_address}" for n in self.nodes.values())
+
+    def command(self, node_id: int) -> list[str]:
+        node = self.nodes[node_id]
+        return [
+            self.python,
+            "-m",
+            "laminar",
+            "node",
+            "start",
+            "--node-id",
+            str(node_id),
+            "--data-dir",
+            str(node.data_dir),
+            "--listen",
+            node.client_address,
+            "--peer-listen",
+            node.peer_address,
+            "--peers",
+            self.peers,
+            "--log-format",
+            self.log_format,
+            "--log-level",
+            self.log_level,
+            *self.extra_args,
+        ]
+
+    def start(self) -> None:
+        for node_id in self.nodes:
+            self.start_node(node_id)
+
+    def start_node(self, node_id: int) -> LocalNode:
+        node = self.nodes[node_id]
+        if node.running:
+            return node
+        self.root.mkdir(parents=True, exist_ok=True)
+        node.data_dir.mkdir(parents=True, exist_ok=True)
+        if node._log_file is not None:
+            node._log_file.close()
+        node._log_file = open(node.log_path, "ab")  # noqa: SIM115 - lives as long as the node
+        node.process = subprocess.Popen(
+            self.command(node_id),
+            stdin=subprocess.DEVNULL,
+            stdout=node._log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        return node
+
+    def stop_node(self, node_id: int, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after ``timeout`` s; returns the exit code."""
+        node = self.nodes[node_id]
+        process = node.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+        self._close_log(node)
+        return process.returncode
+
+    def kill_node(self, node_id: int) -> None:
+        """SIGKILL: a crash, no chance to flush."""
+        node = self.nodes[node_id]
+        if node.process is not None and node.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.process.pid, signal.SIGKILL)
+            node.process.wait()
+        self._close_log(node)
+
+    def restart_node(self, node_id: int, timeout: float = 10.0) -> LocalNode:
+        self.stop_node(node_id, timeout)
+        return self.start_node(node_id)
+
+    def stop(self, timeout: float = 10.0) -> dict[int, int | None]:
+        """Stop every node: SIGTERM to all first, so they shut down in parallel."""
+        for node in self.nodes.values():
+            if node.running:
+                assert node.process is not None
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.process.pid, signal.SIGTERM)
+        return {node_id: self.stop_node(node_id, timeout) for node_id in self.nodes}
+
+    def exited(self) -> list[LocalNode]:
+        """Nodes that were started and are no longer running."""
+        return [n for n in self.nodes.values() if n.process is not None and not n.running]
+
+    def log_tail(self, node_id: int, lines: int = 20) -> str:
+        path = self.nodes[node_id].log_path
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def wait_ready(self, timeout: float = 30.0, *, nodes: int | None = None) -> ClusterStatus:
+        """Wait until the cluster answers status with a metadata leader and ``nodes`` alive."""
+        expected = len(self.nodes) if nodes is None else nodes
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        last_problem = "no answer yet"
+        while loop.time() < deadline:
+            crashed = [n for n in self.exited() if n.returncode not in (0, None)]
+            if crashed:
+                node = crashed[0]
+                raise RuntimeError(
+                    f"node {node.node_id} exited with code {node.returncode}; see {node.log_path}"
+                )
+            try:
+                async with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+                    status = await admin.cluster_status()
+                alive = sum(1 for m in status.members if m.state == "alive")
+                if status.metadata_leader and alive >= expected:
+                    return status
+                last_problem = (
+                    f"{alive} of {expected} nodes alive, metadata leader {status.metadata_leader}"
+                )
+            except (ConnectionError, LaminarError) as exc:
+                last_problem = str(exc)
+            await asyncio.sleep(0.2)
+        raise TimeoutError(f"cluster not ready after {timeout:.0f} s: {last_problem}")
+
+    @staticmethod
+    def _close_log(node: LocalNode) -> None:
+        if node._log_file is not None:
+            node._log_file.close()
+            node._log_file = None
