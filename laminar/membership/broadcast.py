@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from laminar.membership.messages import Update, update_size
@@ -28,18 +29,18 @@ class BroadcastQueue:
         self._order += 1
         self._items[update.node_id] = _Pending(update, 0, self._order)
 
-    def take(self, budget_bytes: int, limit: int, skip: int = 0) -> list[Update]:
+    def take(self, budget_bytes: int, limit: int, skip: Collection[int] = ()) -> list[Update]:
         """Updates fitting ``budget_bytes``, least transmitted (then newest) first.
 
         Each taken update counts one transmission; after ``limit`` it is forgotten. ``skip`` is a
-        node id whose update the caller already carries.
+        collection of node ids whose updates the caller already carries.
         """
         if not self._items:
             return []
         chosen: list[Update] = []
         ranked = sorted(self._items.values(), key=lambda p: (p.transmits, -p.order))
         for pending in ranked:
-            if pending.update.node_id == skip:
+            if pending.update.node_id in skip:
                 continue
             size = update_size(pending.update)
             if size > budget_bytes:

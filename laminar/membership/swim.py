@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from laminar.membership.broadcast import BroadcastQueue
@@ -143,7 +143,8 @@ class Swim:
         self._next_sync = self._rng.randrange(1, self.config.sync_period_ticks + 1)
         self._seeds: list[str] = []
         self._next_join = 0
-        self._accused = False  # the message being handled accuses this member
+        # Members the message being handled has stale news of: the reply carries ours first.
+        self._corrections: dict[int, None] = {}
         self._broadcast_self()
         if seeds:
             self.join(seeds)
@@ -238,7 +239,8 @@ class Swim:
             for node_id, suspicion in list(self._suspicions.items()):
                 if now < suspicion.deadline():
                     continue
-                if self._id in suspicion.accusers or suspicion.checked:
+                confirmed = self._id in suspicion.accusers and len(suspicion.accusers) > 1
+                if confirmed or suspicion.checked:
                     self._declare(node_id, suspicion.incarnation, MemberState.DEAD, self._id)
                 else:
                     self._last_check(node_id, suspicion)
@@ -260,22 +262,16 @@ class Swim:
         if message.source_id == self._id:
             self.stats.ignored += 1
             return
-        self._accused = False
+        self._corrections.clear()
         for update in message.updates:
+            self._note_stale(update)
             self._apply(update)
         match message:
             case Ping():
                 if message.target_id not in (0, self._id):
                     self.stats.ignored += 1
                     return
-                if self._accused:
-                    # Answer an accusation on the spot: our current alive rides first on the ack.
-                    self._accused = False
-                    mine = self._update_of(self._self, self._id)
-                    updates = (mine, *self._piggyback(update_size(mine), skip=self._id))
-                else:
-                    updates = self._piggyback()
-                self._send(from_address, Ack(self._id, message.seq, updates))
+                self._send(from_address, Ack(self._id, message.seq, self._reply_updates()))
             case Ack():
                 self._on_ack(message)
             case PingReq():
@@ -284,7 +280,10 @@ class Swim:
                 seq = self._next_seq()
                 expires = self._now + self.config.protocol_period_ticks
                 self._relays[seq] = _Relay(from_address, message.seq, expires)
-                ping = Ping(self._id, seq, message.target_id, self._piggyback())
+                target = self._members.get(message.target_id)
+                buddy = self._buddy(target) if target is not None else ()
+                updates = buddy + self._piggyback(_size(buddy), skip={message.target_id})
+                ping = Ping(self._id, seq, message.target_id, updates)
                 self._send(message.target_address, ping)
             case Sync():
                 for update in message.members:
@@ -304,20 +303,17 @@ class Swim:
         probe = _Probe(target.node_id, self._next_seq(), self._now)
         self._probe = probe
         self.stats.probes += 1
-        buddy: tuple[Update, ...] = ()
-        if target.state is MemberState.SUSPECT:
-            # Lifeguard: tell the suspect directly, so it can refute without waiting for gossip.
-            buddy = (self._update_of(target, self._accuser(target.node_id)),)
-        extra = sum(update_size(u) for u in buddy)
-        updates = buddy + self._piggyback(extra, skip=target.node_id if buddy else 0)
+        buddy = self._buddy(target)
+        updates = buddy + self._piggyback(_size(buddy), skip={target.node_id})
         self._send(target.address, Ping(self._id, probe.seq, target.node_id, updates))
 
     def _last_check(self, node_id: int, suspicion: Suspicion) -> None:
         """Ping a suspect once more before declaring it dead on hearsay alone.
 
-        An extension of Lifeguard: a member that never failed a probe of the suspect itself may
-        simply have missed the refutation (gossip is retransmitted a bounded number of times).
-        Two direct pings carry the accusation; the suspect's ack carries its refutation.
+        An extension of Lifeguard, for suspicions this member did not see confirmed by its own
+        failed probe plus another accuser's: it may simply have missed the refutation (gossip is
+        retransmitted a bounded number of times). Two direct pings carry the accusation; the
+        suspect's ack carries its refutation.
         """
         suspicion.checked = True
         suspicion.extension += self.config.protocol_period_ticks
@@ -335,9 +331,11 @@ class Swim:
             self.config.indirect_checks,
             lambda m: m.state is MemberState.ALIVE and m.node_id != probe.target_id,
         )
-        used = text_size(target.address)
+        # The helper learns the accusation too, so its ping tells the suspect (buddy system).
+        buddy = self._buddy(target)
+        used = text_size(target.address) + _size(buddy)
         for helper in helpers:
-            updates = self._piggyback(used)
+            updates = buddy + self._piggyback(used, skip={target.node_id})
             req = PingReq(self._id, probe.seq, target.node_id, target.address, updates)
             self._send(helper.address, req)
 
@@ -411,12 +409,41 @@ class Swim:
             if update.incarnation > me.incarnation or stale_life:
                 self._refute(update.incarnation)
             return
-        self._accused = True
         if update.incarnation >= me.incarnation:
             self._refute(update.incarnation)
         else:
             # Already refuted, but the sender has not heard: gossip our alive state again.
             self._broadcast_self()
+
+    def _note_stale(self, update: Update) -> None:
+        """Remember members the sender is behind on (an old incarnation, or accusing us)."""
+        if update.node_id == self._id:
+            if update.state is not MemberState.ALIVE or update.incarnation < self.incarnation:
+                self._corrections[update.node_id] = None
+            return
+        current = self._members.get(update.node_id)
+        if current is not None and update.incarnation < current.incarnation:
+            self._corrections[update.node_id] = None
+
+    def _reply_updates(self) -> tuple[Update, ...]:
+        """Corrections for the sender first (Lifeguard-style direct refutation), then gossip."""
+        budget = self.config.max_datagram_bytes - MESSAGE_OVERHEAD_BYTES
+        first: list[Update] = []
+        for node_id in self._corrections:
+            update = self._update_of(self._members[node_id], self._accuser(node_id))
+            size = update_size(update)
+            if size > budget:
+                break
+            budget -= size
+            first.append(update)
+        used = self.config.max_datagram_bytes - MESSAGE_OVERHEAD_BYTES - budget
+        return (*first, *self._piggyback(used, skip=self._corrections.keys()))
+
+    def _buddy(self, target: Member) -> tuple[Update, ...]:
+        """Lifeguard: a probe of a suspect tells it so, letting it refute without waiting."""
+        if target.state is not MemberState.SUSPECT:
+            return ()
+        return (self._update_of(target, self._accuser(target.node_id)),)
 
     def _refute(self, seen: int) -> None:
         self.stats.refutations += 1
@@ -550,7 +577,7 @@ class Swim:
     def _retransmit_limit(self) -> int:
         return self.config.retransmit_mult * max(1, math.ceil(math.log10(self._live_count + 1)))
 
-    def _piggyback(self, used: int = 0, skip: int = 0) -> tuple[Update, ...]:
+    def _piggyback(self, used: int = 0, skip: Collection[int] = ()) -> tuple[Update, ...]:
         budget = self.config.max_datagram_bytes - MESSAGE_OVERHEAD_BYTES - used
         return tuple(self._broadcasts.take(budget, self._retransmit_limit(), skip))
 
@@ -608,3 +635,7 @@ class Swim:
             chunk.append(update)
             used += size
         self._send(address, Sync(self._id, tuple(chunk), want_reply and first))
+
+
+def _size(updates: tuple[Update, ...]) -> int:
+    return sum(update_size(u) for u in updates)

@@ -1,0 +1,227 @@
+"""Runs the SWIM core over asyncio UDP: one socket and one periodic tick task per node."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from laminar.errors import ProtocolError
+from laminar.membership import codec
+from laminar.membership.messages import Message
+from laminar.membership.state import Member, MemberEvent, MemberState
+from laminar.membership.swim import Swim, SwimConfig
+
+log = structlog.get_logger(__name__)
+
+TICK_SECONDS = 0.1  # one core tick; with SwimConfig defaults: 1 s period, 500 ms ack timeout
+
+
+@dataclass(slots=True)
+class DriverStats:
+    datagrams_received: int = 0
+    datagrams_sent: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    dropped_malformed: int = 0
+    send_errors: int = 0
+    callback_errors: int = 0
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """'host:port' or '[v6]:port' to a sendto() address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not a host:port address: {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def join_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _Protocol(asyncio.DatagramProtocol):
+    def __init__(self, driver: SwimDriver) -> None:
+        self._driver = driver
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:  # type: ignore[override]
+        self._driver._on_datagram(data, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable etc.: the probe simply fails, as a lost datagram would.
+        self._driver.stats.send_errors += 1
+
+
+class SwimDriver:
+    """A node's membership: binds UDP, ticks the core, sends its outbox, publishes events."""
+
+    def __init__(
+        self,
+        node_id: int,
+        meta: Mapping[str, str] | None = None,
+        config: SwimConfig | None = None,
+        seeds: list[str] | None = None,
+        tick_seconds: float = TICK_SECONDS,
+        advertise_host: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.stats = DriverStats()
+        self._meta = dict(meta or {})
+        self._config = config or SwimConfig()
+        self._seeds = list(seeds or [])
+        self._tick_seconds = tick_seconds
+        self._advertise_host = advertise_host
+        self._core: Swim | None = None
+        self._transport: asyncio.DatagramTransport | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._subscribers: list[Callable[[MemberEvent], None]] = []
+        self._resolved: dict[str, tuple[str, int]] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Bind, join the seeds and start ticking; returns the advertised UDP address."""
+        if self._transport is not None:
+            raise RuntimeError("SWIM driver already started")
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(
+            lambda: _Protocol(self), local_addr=(host, port)
+        )
+        self._transport = transport
+        bound_host, bound_port = transport.get_extra_info("sockname")[:2]
+        address = join_address(self._advertise_host or bound_host, bound_port)
+        self._core = Swim(self.node_id, address, self._meta, self._config, self._seeds)
+        self._flush()
+        self._ticker = asyncio.create_task(self._tick_loop(), name=f"swim-tick-{self.node_id}")
+        log.info("swim.started", node_id=self.node_id, address=address, seeds=self._seeds)
+        return address
+
+    async def leave(self, linger_seconds: float | None = None) -> None:
+        """Announce a graceful leave and keep answering for a while so the news spreads."""
+        core = self._require_core()
+        core.leave()
+        self._flush()
+        if linger_seconds is None:
+            linger_seconds = 3 * self._config.protocol_period_ticks * self._tick_seconds
+        await asyncio.sleep(linger_seconds)
+
+    async def stop(self) -> None:
+        """Stop ticking and close the socket (without a leave: others will detect a failure)."""
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+        log.info("swim.stopped", node_id=self.node_id)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def address(self) -> str:
+        return self._require_core().address
+
+    @property
+    def members(self) -> list[Member]:
+        return self._require_core().members()
+
+    def member(self, node_id: int) -> Member | None:
+        return self._require_core().member(node_id)
+
+    def live_members(self) -> list[Member]:
+        return [m for m in self.members if m.state is MemberState.ALIVE]
+
+    def subscribe(self, callback: Callable[[MemberEvent], None]) -> None:
+        """Call ``callback`` for every member event, on the event loop, in order."""
+        self._subscribers.append(callback)
+
+    def update_meta(self, meta: Mapping[str, str]) -> None:
+        self._require_core().update_meta(meta)
+        self._flush()
+
+    @property
+    def core(self) -> Swim:
+        """The state machine itself (for status and tests)."""
+        return self._require_core()
+
+    # ------------------------------------------------------------------ internals
+
+    def _require_core(self) -> Swim:
+        if self._core is None:
+            raise RuntimeError("SWIM driver not started")
+        return self._core
+
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        core = self._require_core()
+        next_at = loop.time()
+        while True:
+            next_at += self._tick_seconds
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            core.tick()
+            self._flush()
+            # After a long stall (GC, an overloaded loop) drop the backlog instead of bursting.
+            if loop.time() - next_at > 10 * self._tick_seconds:
+                next_at = loop.time()
+
+    def _on_datagram(self, data: bytes, addr: tuple[str, int]) -> None:
+        core = self._core
+        if core is None:
+            return
+        self.stats.datagrams_received += 1
+        self.stats.bytes_received += len(data)
+        try:
+            message = codec.decode(data)
+        except ProtocolError as exc:
+            self.stats.dropped_malformed += 1
+            log.debug("swim.dropped_datagram", source=addr, reason=str(exc))
+            return
+        core.receive(join_address(addr[0], addr[1]), message)
+        self._flush()
+
+    def _flush(self) -> None:
+        core = self._core
+        transport = self._transport
+        if core is None:
+            return
+        for address, message in core.outbox():
+            if transport is None:
+                break
+            self._send(transport, address, message)
+        for event in core.events():
+            log.info(
+                "swim.member",
+                event=event.kind.value,
+                member=event.member.node_id,
+                incarnation=event.member.incarnation,
+            )
+            for callback in self._subscribers:
+                try:
+                    callback(event)
+                except Exception:
+                    self.stats.callback_errors += 1
+                    log.exception("swim.subscriber_failed", event=event.kind.value)
+
+    def _send(self, transport: asyncio.DatagramTransport, address: str, message: Message) -> None:
+        target = self._resolved.get(address)
+        if target is None:
+            try:
+                target = split_address(address)
+            except ValueError:
+                self.stats.send_errors += 1
+                return
+            if len(self._resolved) < 4096:
+                self._resolved[address] = target
+        data = codec.encode(message)
+        try:
+            transport.sendto(data, target)
+        except OSError:
+            self.stats.send_errors += 1
+            return
+        self.stats.datagrams_sent += 1
+        self.stats.bytes_sent += len(data)
