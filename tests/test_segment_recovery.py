@@ -1,0 +1,217 @@
+"""Recovery on open: torn and corrupt active tails are cut, sealed damage is reported,
+index files are rebuilt, interrupted expiry finishes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from laminar.errors import CorruptLogError
+from laminar.segment import LogConfig, PartitionLog, build_batch
+from laminar.segment.meta import write_start
+
+CFG = LogConfig(segment_bytes=4000, index_interval_bytes=600)
+NOW = 1_800_000_000_000
+
+
+def fill(path: Path, n: int = 40, cfg: LogConfig = CFG) -> list[bytes]:
+    """n one-record batches of ~330 bytes; returns the stored (stamped) batches."""
+    with PartitionLog.open(path, cfg) as log:
+        for i in range(n):
+            log.append(
+                build_batch([(b"k", bytes([i]) * 250, (), NOW + i)]), term=1 + i // 15, now_ms=NOW
+            )
+        log.flush()
+        return [bytes(v) for v in log.batches(0, n, 1 << 30)]
+
+
+def contents(log: PartitionLog) -> list[bytes]:
+    if log.end_offset == log.start_offset:
+        return []
+    return [bytes(v) for v in log.batches(log.start_offset, log.end_offset, 1 << 30)]
+
+
+def segs(path: Path) -> list[Path]:
+    return sorted(path.glob("*.log"))
+
+
+def test_clean_reopen_is_identical(tmp_path: Path) -> None:
+    stored = fill(tmp_path)
+    index_bytes = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored
+        assert log.durable_offset == log.end_offset == 40
+        assert log.verify() == 40
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == index_bytes
+
+
+@pytest.mark.parametrize("cut", [1, 67, 68, 200])
+def test_torn_active_tail_is_cut(tmp_path: Path, cut: int) -> None:
+    stored = fill(tmp_path)
+    last = segs(tmp_path)[-1]
+    size = last.stat().st_size
+    with open(last, "r+b") as f:  # the last batch is only partly on disk
+        f.truncate(size - len(stored[-1]) + cut)
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert log.end_offset == 39
+        assert contents(log) == stored[:-1]
+        assert last.stat().st_size == size - len(stored[-1])
+        assert log.append(build_batch([(None, b"again", (), NOW)]), term=3) == (39, 39)
+        assert log.verify() == 40
+
+
+def test_zero_filled_tail_is_cut(tmp_path: Path) -> None:
+    stored = fill(tmp_path)
+    last = segs(tmp_path)[-1]
+    with open(last, "ab") as f:
+        f.write(bytes(5000))
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored
+
+
+@pytest.mark.parametrize("where", [20, 30, 100, -1])
+def test_bit_flip_in_active_tail_is_cut(tmp_path: Path, where: int) -> None:
+    stored = fill(tmp_path)
+    last = segs(tmp_path)[-1]
+    size = last.stat().st_size
+    pos = size - len(stored[-1]) + (where if where >= 0 else len(stored[-1]) - 1)
+    with open(last, "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)
+        f.seek(pos)
+        f.write(bytes([byte[0] ^ 0x10]))
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored[:-1]
+        assert log.verify() == 39
+
+
+def test_corruption_before_later_good_batches_cuts_from_there(tmp_path: Path) -> None:
+    stored = fill(tmp_path)
+    last = segs(tmp_path)[-1]
+    with PartitionLog.open(tmp_path, CFG) as log:
+        in_active = log.end_offset - int(last.stem)
+    # flip a byte in the first batch of the active segment; the index entry at position 0 is
+    # kept but the batch fails its crc, so everything from there on is dropped (and logged)
+    (tmp_path / last.name.replace(".log", ".index")).write_bytes(b"")
+    with open(last, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 1]))
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored[: 40 - in_active]
+
+
+def test_bit_flip_in_sealed_segment_is_reported(tmp_path: Path) -> None:
+    fill(tmp_path)
+    first = segs(tmp_path)[0]
+    with open(first, "r+b") as f:
+        f.seek(500)
+        b = f.read(1)
+        f.seek(500)
+        f.write(bytes([b[0] ^ 0x01]))
+    with PartitionLog.open(tmp_path, CFG) as log:  # trusted through its index: opens fast
+        with pytest.raises(CorruptLogError, match=rf"{first.name}.*position 328"):
+            log.verify()
+        with pytest.raises(CorruptLogError, match=first.name):
+            log.batches(0, 5, 1 << 20)  # replication reads check crcs
+        assert log.end_offset == 40
+    (tmp_path / first.name.replace(".log", ".index")).unlink()
+    with pytest.raises(CorruptLogError, match=rf"{first.name}.*position 328"):
+        PartitionLog.open(tmp_path, CFG)
+
+
+def test_truncated_sealed_segment_is_reported(tmp_path: Path) -> None:
+    fill(tmp_path)
+    second = segs(tmp_path)[1]
+    with open(second, "r+b") as f:
+        f.truncate(second.stat().st_size - 100)
+    with pytest.raises(CorruptLogError, match=second.name):
+        PartitionLog.open(tmp_path, CFG)
+
+
+def test_missing_sealed_segment_is_reported(tmp_path: Path) -> None:
+    fill(tmp_path)
+    for p in tmp_path.glob(segs(tmp_path)[0].stem + ".*"):
+        p.unlink()
+    with pytest.raises(CorruptLogError, match="first segment starts at"):
+        PartitionLog.open(tmp_path, CFG)
+
+
+@pytest.mark.parametrize("damage", ["delete", "garbage", "truncate", "zeros"])
+def test_index_files_are_rebuilt(tmp_path: Path, damage: str) -> None:
+    stored = fill(tmp_path)
+    originals = {p.name: p.read_bytes() for p in tmp_path.glob("*index")}
+    for p in tmp_path.glob("*index"):
+        if damage == "delete":
+            p.unlink()
+        elif damage == "garbage":
+            p.write_bytes(os.urandom(len(originals[p.name]) + 5))
+        elif damage == "truncate":
+            p.write_bytes(originals[p.name][:-7])
+        else:
+            p.write_bytes(bytes(len(originals[p.name])))
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored
+        assert [log.term_at(o) for o in range(40)] == [1 + i // 15 for i in range(40)]
+        assert log.offset_for_timestamp(NOW + 17) == 17
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("*index")} == originals
+
+
+def test_index_entries_beyond_data_are_dropped(tmp_path: Path) -> None:
+    stored = fill(tmp_path)
+    last = segs(tmp_path)[-1]
+    with PartitionLog.open(tmp_path, CFG) as log:
+        base = int(last.stem)
+        keep = log.batch_bounds(base + 2)[0]
+        cut = sum(len(b) for b in stored[base:keep])
+    with open(last, "r+b") as f:  # data lost after the index was written
+        f.truncate(cut)
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert contents(log) == stored[:keep]
+        assert log.verify() == keep
+
+
+def test_interrupted_expiry_and_stray_files_are_cleaned(tmp_path: Path) -> None:
+    stored = fill(tmp_path)
+    names = segs(tmp_path)
+    new_start = int(names[2].stem)
+    write_start(tmp_path, new_start, 1)  # crash after the marker, before the deletions
+    (tmp_path / "99999999999999999999.index").write_bytes(b"orphan")
+    (tmp_path / "start.meta.tmp").write_bytes(b"half")
+    with PartitionLog.open(tmp_path, CFG) as log:
+        assert log.start_offset == new_start
+        assert log.term_at(new_start - 1) == 1
+        assert contents(log) == stored[new_start:]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert names[0].name not in left and names[1].name not in left
+    assert "99999999999999999999.index" not in left and "start.meta.tmp" not in left
+
+
+def test_corrupt_start_marker_is_reported(tmp_path: Path) -> None:
+    fill(tmp_path, 5)
+    write_start(tmp_path, 0, 0)
+    data = bytearray((tmp_path / "start.meta").read_bytes())
+    data[10] ^= 1
+    (tmp_path / "start.meta").write_bytes(bytes(data))
+    with pytest.raises(CorruptLogError, match=r"start\.meta"):
+        PartitionLog.open(tmp_path, CFG)
+
+
+def test_sealed_segment_count_does_not_scan_data(tmp_path: Path) -> None:
+    """Sealed data files are not read on open: a flip deep inside one goes unnoticed until
+    verify(), which proves open used the index (and stays fast on big logs)."""
+    fill(tmp_path)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path, copy, ignore=shutil.ignore_patterns("copy"))
+    first = segs(copy)[0]
+    with open(first, "r+b") as f:
+        f.seek(800)
+        f.write(b"\xff")
+    with PartitionLog.open(copy, CFG) as log:
+        assert log.end_offset == 40
+        with pytest.raises(CorruptLogError):
+            log.verify()
