@@ -676,6 +676,13 @@ class RaftNode:
         elif t == HEARTBEAT_RESP:
             pr.recent_active = True
             pr.probe_sent = False
+            if pr.state == REPLICATE and pr.inflights.full():
+                # An append may have been lost: let one more through so the follower can
+                # reject it and we fall back to probing.
+                pr.inflights.free_first()
+            elif pr.state == RESET:
+                # The reset or its answer may have been lost; probing settles it either way.
+                pr.become_probe()
             if m.commit > pr.commit:
                 pr.commit = m.commit
             if pr.match < self.log.last_index() or pr.commit < self.commit:

@@ -41,6 +41,10 @@ class Inflights:
         while q and q[0][0] <= index:
             self.bytes -= q.popleft()[1]
 
+    def free_first(self) -> None:
+        if self.q:
+            self.bytes -= self.q.popleft()[1]
+
     def reset(self) -> None:
         self.q.clear()
         self.bytes = 0

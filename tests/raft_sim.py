@@ -1,0 +1,511 @@
+"""Seeded deterministic simulator for the Raft core.
+
+One ``Sim(seed)`` runs a 3- or 5-voter cluster through a random schedule (delay, drop,
+duplication and reordering of messages, symmetric and one-way partitions, crashes that lose
+everything not yet fsynced, restarts, log compaction, membership changes, leader transfers,
+read-index requests and client proposals), then heals everything and checks liveness. After
+every step it checks the Raft safety properties; any violation raises ``SimFailure`` naming
+the seed and the command that replays it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from laminar.raft import (
+    ConfChange,
+    ConfChangeRejected,
+    ConfChangeType,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    MemoryStorage,
+    Message,
+    NotLeader,
+    RaftConfig,
+    RaftNode,
+    Role,
+)
+
+REPLAY = "LAMINAR_SIM_SEED={seed} .venv/bin/pytest tests/test_raft_sim.py -k replay"
+ELECTION_TICK = 6
+
+
+class SimFailure(AssertionError):
+    pass
+
+
+@dataclass
+class Host:
+    """One simulated machine: its disk (storage + durable copy) and, when up, its Raft node."""
+
+    id: int
+    storage: MemoryStorage
+    hs: HardState
+    conf: ConfState
+    durable: tuple[MemoryStorage, HardState, ConfState]
+    node: RaftNode | None = None
+    waiting: list[Message] = field(default_factory=list)
+    next_apply: int = 0
+    removed: bool = False
+
+
+def _entry_key(e: Entry) -> tuple[int, int, int, bytes]:
+    return (e.term, e.last, int(e.kind), bytes(e.data))
+
+
+class Sim:
+    def __init__(
+        self,
+        seed: int,
+        voters: int | None = None,
+        fault_steps: int = 110,
+        liveness_steps: int = 220,
+    ) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.n_voters = voters if voters is not None else (3 if seed % 2 == 0 else 5)
+        self.fault_steps = fault_steps
+        self.liveness_steps = liveness_steps
+        self.now = 0
+        self.seq = 0
+        self.net: list[tuple[int, int, Message]] = []
+        self.blocked: set[tuple[int, int]] = set()
+        self.hosts: dict[int, Host] = {}
+        self.next_id = self.n_voters + 1
+        self.trace: deque[tuple] = deque(maxlen=300)
+        # Checker state.
+        self.leaders: dict[int, int] = {}
+        self.committed: dict[int, tuple[int, int, int, bytes]] = {}
+        self.max_committed = -1
+        self.acked: dict[bytes, int] = {}
+        self.proposed = 0
+        self.reads: dict[bytes, int] = {}
+        self.read_count = 0
+        self.reads_served = 0
+        self.stats = {"leaders": 0, "crashes": 0, "conf_changes": 0, "transfers": 0, "resets": 0}
+        # Fault knobs, drawn per seed so schedules differ in character.
+        r = self.rng
+        self.p_drop = r.choice((0.0, 0.03, 0.1))
+        self.p_dup = r.choice((0.0, 0.03))
+        self.max_delay = r.choice((0, 1, 3))
+        self.p_crash = r.choice((0.0, 0.01, 0.03))
+        self.p_partition = r.choice((0.0, 0.02))
+        self.p_fsync = r.choice((0.3, 0.7, 1.0))
+        self.faults = True
+        conf = ConfState(tuple(range(1, self.n_voters + 1)))
+        for nid in conf.voters:
+            self._create_host(nid, conf)
+
+    # ------------------------------------------------------------------ hosts
+
+    def _create_host(self, nid: int, conf: ConfState) -> Host:
+        st = MemoryStorage()
+        h = Host(nid, st, HardState(), conf, (st.copy(), HardState(), conf))
+        self.hosts[nid] = h
+        self._start(h)
+        return h
+
+    def _start(self, h: Host) -> None:
+        cfg = RaftConfig(
+            election_tick=ELECTION_TICK,
+            heartbeat_tick=1,
+            seed=self.rng.randrange(1 << 30),
+            max_inflight_msgs=self.rng.choice((1, 4, 64)),
+            max_msg_bytes=self.rng.choice((64, 4096)),
+        )
+        h.node = RaftNode(h.id, h.storage, h.conf, h.hs, cfg)
+        h.next_apply = h.storage.first_index()
+        h.waiting = []
+
+    def crash(self, h: Host) -> None:
+        st, hs, conf = h.durable
+        h.storage = st.copy()
+        h.hs = HardState(hs.term, hs.vote, hs.commit)
+        h.conf = conf
+        h.node = None
+        h.waiting = []
+        self.stats["crashes"] += 1
+        self.trace.append((self.now, "crash", h.id))
+        for other in self.live():
+            other.node.report_node_down(h.id)
+
+    def live(self) -> list[Host]:
+        return [h for h in self.hosts.values() if h.node is not None]
+
+    # ------------------------------------------------------------------ network
+
+    def send(self, m: Message) -> None:
+        r = self.rng
+        if self.faults and self.p_drop and r.random() < self.p_drop:
+            return
+        copies = 2 if self.faults and self.p_dup and r.random() < self.p_dup else 1
+        for _ in range(copies):
+            self.seq += 1
+            delay = r.randint(0, self.max_delay) if self.max_delay else 0
+            heapq.heappush(self.net, (self.now + delay, self.seq, m))
+
+    def deliver_due(self) -> None:
+        net = self.net
+        while net and net[0][0] <= self.now:
+            _, _, m = heapq.heappop(net)
+            if (m.frm, m.to) in self.blocked:
+                continue
+            h = self.hosts.get(m.to)
+            if h is None or h.node is None:
+                continue
+            self.trace.append((self.now, "deliver", m.type.name, m.frm, m.to, m.term, m.index))
+            h.node.step(m)
+            self.process(h)
+
+    # ------------------------------------------------------------------ driver
+
+    def process(self, h: Host) -> None:
+        node = h.node
+        assert node is not None
+        rounds = 0
+        while node.has_ready():
+            rounds += 1
+            if rounds > 10:
+                self.fail("has_ready() never settles")
+            rd = node.ready()
+            if rd.reset is not None:
+                h.storage.reset(*rd.reset)
+                h.next_apply = rd.reset[0]
+                self.stats["resets"] += 1
+            if rd.entries:
+                h.storage.append(rd.entries)
+            if rd.hard_state is not None:
+                h.hs = rd.hard_state
+            if rd.conf_state is not None:
+                h.conf = rd.conf_state
+            for m in rd.messages:
+                if m.after_persist:
+                    h.waiting.append(m)
+                else:
+                    self.send(m)
+            for e in rd.committed_entries:
+                self.check_committed(h, e)
+            for ctx, index in rd.read_states:
+                floor = self.reads.pop(ctx, None)
+                if floor is None:
+                    self.fail(f"read state for unknown context {ctx!r}")
+                if index < floor:
+                    self.fail(f"read index {index} below acknowledged commit {floor}")
+                self.reads_served += 1
+            node.advance(rd)
+            if node.role == Role.LEADER:
+                self.check_leader(h)
+        if rounds and self.p_fsync >= 1.0:
+            self.fsync(h)
+
+    def fsync(self, h: Host) -> None:
+        node = h.node
+        assert node is not None
+        h.durable = (h.storage.copy(), HardState(h.hs.term, h.hs.vote, h.hs.commit), h.conf)
+        waiting, h.waiting = h.waiting, []
+        for m in waiting:
+            self.send(m)
+        last = h.storage.last_index()
+        node.persisted(last, h.storage.term(last))
+        self.process(h)
+
+    # ------------------------------------------------------------------ checks
+
+    def fail(self, why: str) -> None:
+        tail = "\n".join(repr(t) for t in list(self.trace)[-40:])
+        raise SimFailure(
+            f"seed {self.seed} step {self.now}: {why}\nreplay: "
+            f"{REPLAY.format(seed=self.seed)}\nlast events:\n{tail}"
+        )
+
+    def check_committed(self, h: Host, e: Entry) -> None:
+        if e.index != h.next_apply:
+            self.fail(f"node {h.id} applied {e.index}, expected {h.next_apply}")
+        h.next_apply = e.last + 1
+        key = _entry_key(e)
+        prev = self.committed.get(e.index)
+        if prev is None:
+            self.committed[e.index] = key
+            if e.last > self.max_committed:
+                self.max_committed = e.last
+        elif prev != key:
+            self.fail(f"committed entry at {e.index} changed: {prev} vs {key} (node {h.id})")
+        if e.kind == EntryKind.NORMAL and key[3] not in self.acked:
+            self.acked[key[3]] = e.index
+
+    def check_leader(self, h: Host) -> None:
+        node = h.node
+        assert node is not None
+        t = node.term
+        prev = self.leaders.get(t)
+        if prev is None:
+            self.leaders[t] = h.id
+            self.stats["leaders"] += 1
+            self.trace.append((self.now, "leader", h.id, t))
+            # Leader completeness: every committed entry still retained must be in its log.
+            first = node.log.first_index()
+            log = node.log
+            for idx, key in self.committed.items():
+                if idx < first:
+                    continue
+                ents = log.entries(idx, idx + 1, 0) if idx <= log.last_index() else []
+                if not ents or _entry_key(ents[0]) != key or ents[0].index != idx:
+                    self.fail(f"leader {h.id} of term {t} lacks committed entry {idx}")
+        elif prev != h.id:
+            self.fail(f"two leaders in term {t}: {prev} and {h.id}")
+
+    def check_log_matching(self) -> None:
+        logs = {}
+        for h in self.hosts.values():
+            if h.node is not None:
+                logs[h.id] = {e.index: e for e in h.storage.all_entries()}
+        ids = sorted(logs)
+        for i, a in enumerate(ids):
+            la = logs[a]
+            for b in ids[i + 1 :]:
+                lb = logs[b]
+                common = sorted(set(la) & set(lb), reverse=True)
+                matched = False
+                for idx in common:
+                    ea, eb = la[idx], lb[idx]
+                    if not matched and ea.term == eb.term:
+                        matched = True
+                    if matched and _entry_key(ea) != _entry_key(eb):
+                        self.fail(f"log matching broken between {a} and {b} at {idx}")
+
+    # ------------------------------------------------------------------ actions
+
+    def leader(self) -> Host | None:
+        best = None
+        for h in self.live():
+            if h.node.role == Role.LEADER and (best is None or h.node.term > best.node.term):
+                best = h
+        return best
+
+    def propose(self) -> None:
+        hosts = self.live()
+        if not hosts:
+            return
+        h = self.rng.choice(hosts)
+        self.proposed += 1
+        payload = f"s{self.seed}-p{self.proposed}".encode()
+        count = self.rng.choice((1, 1, 1, 3))
+        try:
+            if self.rng.random() < 0.3:
+                h.node.propose_many([(payload, count), (payload + b"b", 1)])
+            else:
+                h.node.propose(payload, count)
+        except NotLeader as e:
+            if h.node.role == Role.LEADER and not h.node.transferee:
+                self.fail("NotLeader raised on a leader")
+            expected = h.node.transferee or h.node.leader_id
+            if e.leader_id != expected:
+                self.fail(f"NotLeader carries {e.leader_id}, expected {expected}")
+            return
+        self.process(h)
+
+    def conf_change(self) -> None:
+        h = self.leader()
+        if h is None:
+            return
+        node = h.node
+        conf = node.conf
+        r = self.rng
+        choices: list[ConfChange] = []
+        if len(self.hosts) < self.n_voters + 3:
+            choices.append(ConfChange(ConfChangeType.ADD_LEARNER, self.next_id))
+        for lid in conf.learners:
+            choices.append(ConfChange(ConfChangeType.PROMOTE, lid))
+            choices.append(ConfChange(ConfChangeType.REMOVE, lid))
+        if len(conf.voters) > 3:
+            for vid in conf.voters:
+                if vid != h.id:
+                    choices.append(ConfChange(ConfChangeType.REMOVE, vid))
+        if not choices:
+            return
+        cc = r.choice(choices)
+        try:
+            node.propose_conf_change(cc)
+        except (NotLeader, ConfChangeRejected):
+            return
+        self.stats["conf_changes"] += 1
+        self.trace.append((self.now, "conf", cc.type.name, cc.node_id))
+        if cc.type == ConfChangeType.ADD_LEARNER:
+            self.next_id += 1
+            self._create_host(cc.node_id, ConfState(()))
+        self.process(h)
+
+    def reap_removed(self) -> None:
+        """Stop replicas whose removal is committed (decommissioned machines)."""
+        h = self.leader()
+        if h is None:
+            return
+        cc = h.node.committed_conf
+        conf = h.node.conf
+        members = {*cc.voters, *cc.learners, *conf.voters, *conf.learners}
+        for other in self.hosts.values():
+            if other.id not in members and not other.removed:
+                other.removed = True
+                other.node = None
+                self.trace.append((self.now, "reap", other.id))
+
+    def transfer(self) -> None:
+        h = self.leader()
+        if h is None:
+            return
+        voters = [v for v in h.node.conf.voters if v != h.id]
+        if not voters:
+            return
+        target = self.rng.choice(voters)
+        h.node.transfer_leader(target)
+        self.stats["transfers"] += 1
+        self.trace.append((self.now, "transfer", h.id, target))
+        self.process(h)
+
+    def read(self) -> None:
+        h = self.leader()
+        if h is None:
+            return
+        self.read_count += 1
+        ctx = f"r{self.read_count}".encode()
+        self.reads[ctx] = self.max_committed_before_read()
+        h.node.read_index(ctx)
+        self.process(h)
+
+    def max_committed_before_read(self) -> int:
+        return max(self.acked.values(), default=-1)
+
+    def compact(self) -> None:
+        hosts = self.live()
+        if not hosts:
+            return
+        h = self.rng.choice(hosts)
+        upto = min(h.node.applied, h.hs.commit)
+        first = h.storage.first_index()
+        if upto > first:
+            h.storage.compact(self.rng.randint(first, upto))
+
+    def partition(self) -> None:
+        ids = [h.id for h in self.hosts.values() if not h.removed]
+        r = self.rng
+        if r.random() < 0.5:
+            r.shuffle(ids)
+            cut = r.randint(1, len(ids) - 1)
+            side = set(ids[:cut])
+            for a in ids:
+                for b in ids:
+                    if (a in side) != (b in side):
+                        self.blocked.add((a, b))
+        else:
+            a, b = r.sample(ids, 2)
+            self.blocked.add((a, b))
+        self.trace.append((self.now, "partition", tuple(sorted(self.blocked))))
+        for h in self.live():
+            for other in ids:
+                if (other, h.id) in self.blocked:
+                    h.node.report_node_down(other)
+
+    # ------------------------------------------------------------------ main loop
+
+    def step(self) -> None:
+        r = self.rng
+        self.now += 1
+        if self.faults:
+            if self.p_crash and r.random() < self.p_crash:
+                hosts = self.live()
+                if hosts:
+                    self.crash(r.choice(hosts))
+            for h in list(self.hosts.values()):
+                if h.node is None and not h.removed and r.random() < 0.08:
+                    self._start(h)
+                    self.trace.append((self.now, "restart", h.id))
+            if self.p_partition and r.random() < self.p_partition:
+                self.partition()
+            if self.blocked and r.random() < 0.05:
+                self.blocked.clear()
+                self.trace.append((self.now, "heal"))
+            if r.random() < 0.03:
+                self.conf_change()
+            if r.random() < 0.01:
+                self.transfer()
+            if r.random() < 0.02:
+                self.compact()
+        if r.random() < 0.03:
+            self.read()
+        for h in self.live():
+            if not h.node.quiesced and r.random() < 0.95:
+                h.node.tick()
+                self.process(h)
+        self.deliver_due()
+        if r.random() < 0.5:
+            self.propose()
+        for h in self.live():
+            if self.p_fsync >= 1.0 or r.random() < self.p_fsync:
+                self.fsync(h)
+        self.reap_removed()
+        if self.now % 5 == 0:
+            self.check_log_matching()
+
+    def heal(self) -> None:
+        self.faults = False
+        self.blocked.clear()
+        self.p_fsync = 1.0
+        for h in self.hosts.values():
+            if h.node is None and not h.removed:
+                self._start(h)
+        self.trace.append((self.now, "heal-all"))
+
+    def run(self) -> None:
+        for _ in range(self.fault_steps):
+            self.step()
+        self.heal()
+        self.check_liveness()
+        self.check_final()
+
+    def check_liveness(self) -> None:
+        """After healing, a leader must emerge and a fresh proposal must commit everywhere."""
+        payload = f"s{self.seed}-final".encode()
+        proposed_by: tuple[int, int] | None = None
+        for _ in range(self.liveness_steps):
+            self.step()
+            h = self.leader()
+            if payload in self.acked:
+                target = self.acked[payload]
+                if h is not None and all(
+                    self.hosts[m].node.commit >= target for m in self.members()
+                ):
+                    return
+                continue
+            if h is None or h.node.transferee or proposed_by == (h.id, h.node.term):
+                continue
+            try:
+                h.node.propose(payload)
+            except NotLeader:
+                continue
+            proposed_by = (h.id, h.node.term)
+            self.process(h)
+        self.fail(f"no progress within {self.liveness_steps} steps after healing")
+
+    def members(self) -> list[int]:
+        h = self.leader()
+        assert h is not None
+        conf = h.node.conf
+        return [m for m in (*conf.voters, *conf.learners) if self.hosts[m].node is not None]
+
+    def check_final(self) -> None:
+        self.check_log_matching()
+        h = self.leader()
+        assert h is not None
+        log = h.node.log
+        first = log.first_index()
+        for payload, idx in self.acked.items():
+            if idx < first:
+                continue
+            ents = log.entries(idx, idx + 1, 0)
+            if bytes(ents[0].data) != payload:
+                self.fail(f"acknowledged proposal {payload!r} at {idx} lost")

@@ -1,0 +1,76 @@
+"""Deterministic simulation of Raft clusters under faults (see tests/raft_sim.py).
+
+``LAMINAR_SIM_SEEDS=N`` runs N seeds (default 2000); ``LAMINAR_SIM_SEED=S`` with ``-k replay``
+replays one seed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from tests.raft_sim import Sim, SimFailure
+
+SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "2000"))
+
+
+def _run_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
+    failures: list[str] = []
+    totals = {"leaders": 0, "crashes": 0, "conf_changes": 0, "transfers": 0, "resets": 0}
+    totals["acked"] = 0
+    totals["reads"] = 0
+    for seed in range(*bounds):
+        sim = Sim(seed)
+        try:
+            sim.run()
+        except SimFailure as e:
+            failures.append(str(e))
+            if len(failures) >= 3:
+                break
+        for k, v in sim.stats.items():
+            totals[k] += v
+        totals["acked"] += len(sim.acked)
+        totals["reads"] += sim.reads_served
+    return failures, totals
+
+
+def test_raft_sim_many_seeds() -> None:
+    workers = min(2, os.cpu_count() or 1)
+    step = (SEEDS + workers - 1) // workers
+    ranges = [(i, min(i + step, SEEDS)) for i in range(0, SEEDS, step)]
+    if workers > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers) as pool:
+            results = pool.map(_run_range, ranges)
+    else:
+        results = [_run_range(r) for r in ranges]
+    failures = [f for fs, _ in results for f in fs]
+    assert not failures, "\n\n".join(failures[:3])
+    totals: dict[str, int] = {}
+    for _, t in results:
+        for k, v in t.items():
+            totals[k] = totals.get(k, 0) + v
+    # The schedules must actually exercise the features they claim to.
+    assert totals["leaders"] > SEEDS
+    assert totals["acked"] > SEEDS * 10
+    assert totals["crashes"] > SEEDS // 10
+    assert totals["conf_changes"] > SEEDS // 10
+    assert totals["transfers"] > SEEDS // 20
+    assert totals["resets"] > 0
+    assert totals["reads"] > SEEDS // 10
+
+
+@pytest.mark.skipif("LAMINAR_SIM_SEED" not in os.environ, reason="set LAMINAR_SIM_SEED")
+def test_raft_sim_replay() -> None:
+    Sim(int(os.environ["LAMINAR_SIM_SEED"])).run()
+
+
+def test_raft_sim_is_deterministic() -> None:
+    a, b = Sim(7), Sim(7)
+    a.run()
+    b.run()
+    assert a.committed == b.committed
+    assert a.leaders == b.leaders
+    assert a.now == b.now
