@@ -15,7 +15,18 @@ from laminar.client.descriptions import (
 from laminar.client.offsets import list_offsets
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
-from laminar.errors import InvalidRequestError, UnknownTopicError
+from laminar.errors import (
+    InvalidRequestError,
+    NotLeaderError,
+    RequestTimeoutError,
+    UnknownTopicError,
+)
+
+
+def _transient(error: BaseException) -> bool:
+    """Admin answers about topics are final (the node asks the metadata leader); only
+    transport trouble and leader changes are worth another try."""
+    return isinstance(error, ConnectionError | OSError | RequestTimeoutError | NotLeaderError)
 
 
 class Admin:
@@ -63,7 +74,7 @@ class Admin:
             reply, _ = await connection.request(fill, timeout=self.request_timeout)
             return reply
 
-        return await retrying(cluster, attempt)
+        return await retrying(cluster, attempt, retriable=_transient)
 
     async def create_topic(
         self,

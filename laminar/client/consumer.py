@@ -322,7 +322,11 @@ class Consumer:
         self._log_starts[tp] = result.logStart
         start = result.payloadOffset
         data = payload[start : start + result.payloadLength]
-        records, next_offset = self._decode(tp, offset, data)
+        try:
+            records, next_offset = self._decode(tp, offset, data)
+        except LaminarError as exc:  # a corrupt batch: stop here, the user must decide
+            self._error = type(exc)(f"{tp.topic}/{tp.partition} near offset {offset}: {exc}")
+            return
         if records:
             self._buffers[tp] = deque(records)
         self._fetch_offsets[tp] = next_offset

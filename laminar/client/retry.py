@@ -31,6 +31,7 @@ async def retrying(
     *,
     attempts: int = DEFAULT_ATTEMPTS,
     backoff: float = DEFAULT_BACKOFF,
+    retriable: Callable[[BaseException], bool] = is_retriable,
 ) -> T:
     """Await ``operation()``; on a retriable error refresh metadata, wait, and try again."""
     delay = backoff
@@ -38,7 +39,7 @@ async def retrying(
         try:
             return await operation()
         except (ConnectionError, OSError, LaminarError) as exc:
-            if not is_retriable(exc) or attempt == attempts:
+            if not retriable(exc) or attempt == attempts:
                 raise
             log.debug("retrying request", attempt=attempt, error=str(exc))
             await _refresh(cluster)

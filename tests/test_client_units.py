@@ -1,0 +1,125 @@
+"""Client pieces that need no node: partitioner, accumulator rules, bootstrap parsing."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import crc32c
+import pytest
+
+from laminar.client.accumulator import RecordAccumulator
+from laminar.client.partitioner import DefaultPartitioner, key_partition
+from laminar.client.types import TopicPartition, parse_bootstrap
+from laminar.segment.batch import decode_records, verify_batch
+
+TP = TopicPartition("t", 0)
+
+
+def test_key_partition_is_stable_and_spreads() -> None:
+    # Stable across processes: a fixed function of the bytes (crc32c), not Python's hash().
+    assert key_partition(b"user-42", 12) == crc32c.crc32c(b"user-42") % 12
+    counts = Counter(key_partition(f"key-{i}".encode(), 8) for i in range(8000))
+    assert set(counts) == set(range(8))
+    assert min(counts.values()) > 800  # ~1000 each
+
+
+def test_default_partitioner_keys_and_sticky() -> None:
+    partitioner = DefaultPartitioner(random.Random(7))
+    assert partitioner("t", b"k", 5) == key_partition(b"k", 5)
+    first = partitioner("t", None, 5)
+    assert all(partitioner("t", None, 5) == first for _ in range(100))
+    partitioner.batch_closed("t", first, 5)
+    second = partitioner("t", None, 5)
+    assert second != first
+    # A batch closing on another partition does not move the sticky one.
+    partitioner.batch_closed("t", (second + 1) % 5, 5)
+    assert partitioner("t", None, 5) == second
+    # Topics are independent; a single partition stays put.
+    assert partitioner("solo", None, 1) == 0
+    partitioner.batch_closed("solo", 0, 1)
+    assert partitioner("solo", None, 1) == 0
+
+
+def test_sticky_partitioner_visits_every_partition() -> None:
+    partitioner = DefaultPartitioner(random.Random(1))
+    seen = set()
+    for _ in range(200):
+        partition = partitioner("t", None, 4)
+        seen.add(partition)
+        partitioner.batch_closed("t", partition, 4)
+    assert seen == {0, 1, 2, 3}
+
+
+def test_parse_bootstrap() -> None:
+    assert parse_bootstrap("a:1, b:2,") == ["a:1", "b:2"]
+    assert parse_bootstrap(["h:9092"]) == ["h:9092"]
+    with pytest.raises(ValueError, match="not host:port"):
+        parse_bootstrap("localhost")
+    with pytest.raises(ValueError, match="no address"):
+        parse_bootstrap(" , ")
+
+
+async def test_accumulator_linger_and_size() -> None:
+    acc = RecordAccumulator(batch_bytes=1000, linger=0.05)
+    _, look = acc.append(TP, None, b"x" * 10, (), 1, now=0.0)
+    assert look  # a new batch: the sender must learn its linger deadline
+    _, look = acc.append(TP, None, b"x" * 10, (), 2, now=0.01)
+    assert not look
+    ready, wake_at = acc.ready(now=0.02)
+    assert ready == [] and wake_at == pytest.approx(0.05)
+    ready, _ = acc.ready(now=0.05)
+    assert len(ready) == 1 and len(ready[0].records) == 2
+    # Filling a batch makes it ready at once, before linger.
+    # Each record is estimated at 24 + 50 bytes and a batch header is 68: three fit in 300.
+    acc2 = RecordAccumulator(batch_bytes=300, linger=10.0)
+    looks = [acc2.append(TP, None, b"y" * 50, (), i, now=0.0)[1] for i in range(4)]
+    assert looks == [True, False, False, True]  # new batch, -, -, new batch (first is full)
+    ready, wake_at = acc2.ready(now=0.0)
+    assert [len(batch.records) for batch in ready] == [3]
+    assert wake_at is None  # the second batch waits behind the first (one in flight)
+
+
+async def test_accumulator_one_in_flight_per_partition_and_requeue_order() -> None:
+    acc = RecordAccumulator(batch_bytes=100, linger=0.0)
+    for i in range(6):
+        acc.append(TP, None, b"z" * 40, (), i, now=0.0)
+    first, _ = acc.ready(now=1.0)
+    assert len(first) == 1
+    acc.start_sending(first)
+    # While the head is in flight, nothing else of this partition may go.
+    assert acc.ready(now=1.0)[0] == []
+    acc.requeue(first[0], retry_at=2.0)
+    ready, wake_at = acc.ready(now=1.5)
+    assert ready == [] and wake_at == 2.0  # the retry waits for its backoff, blocking the rest
+    ready, _ = acc.ready(now=2.0)
+    assert ready == first  # the retried batch goes again first: order is kept
+    built = first[0].build()
+    assert verify_batch(built).record_count == len(first[0].records)
+    assert [r.timestamp for r in decode_records(built)] == [0, 1][: len(first[0].records)]
+
+
+async def test_accumulator_flush_and_completion() -> None:
+    acc = RecordAccumulator(batch_bytes=10_000, linger=60.0)
+    futures = [
+        acc.append(TopicPartition("t", p), b"k", b"v", (("h", b"1"),), 5, now=0.0)[0]
+        for p in range(3)
+    ]
+    assert acc.ready(now=0.0)[0] == []
+    waiting = acc.begin_flush()
+    assert len(waiting) == 3
+    ready, _ = acc.ready(now=0.0)
+    assert len(ready) == 3  # flush overrides linger
+    acc.start_sending(ready)
+    ready[0].complete(10)
+    ready[1].fail(RuntimeError("boom"))
+    ready[2].complete(-1)
+    for batch in ready:
+        acc.finished(batch)
+    assert acc.empty() and acc.buffered_bytes == 0
+    assert futures[0].result().offset == 10
+    with pytest.raises(RuntimeError):
+        futures[1].result()
+    assert futures[2].result().offset == -1
+    await asyncio.gather(*waiting)
