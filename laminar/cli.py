@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
-import uvloop
 
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
@@ -75,9 +74,13 @@ def fail(message: str) -> NoReturn:
 
 
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a client coroutine on uvloop, turning expected failures into one-line errors."""
+    """Run a client coroutine, turning expected failures into one-line errors.
+
+    The stock asyncio loop, not uvloop: a CLI command is a few requests, and uvloop's
+    transports fail laminar.transport's isinstance(asyncio.Transport) check (reported).
+    """
     try:
-        return uvloop.run(_call(coro_fn))
+        return asyncio.run(_call(coro_fn))
     except UserError as exc:
         fail(str(exc))
     except ConnectionError as exc:
@@ -288,7 +291,7 @@ def dev(
     if ports[-1][1] > 65535:
         fail("--base-port is too high for that many nodes")
     cluster = LocalCluster(data_dir, ports)
-    code = uvloop.run(_dev(cluster, topic, ready_timeout))
+    code = asyncio.run(_dev(cluster, topic, ready_timeout))
     raise typer.Exit(code)
 
 
