@@ -192,8 +192,10 @@ class Simulation:
             if r.event.kind is kind and (about is None or r.event.member.node_id == about)
         ]
 
-    def replay_hint(self, test: str) -> str:
-        return f"seed={self.seed}; replay: SWIM_SEED={self.seed} pytest 'tests/{test}'"
+    def replay_hint(self, nodeid: str) -> str:
+        """The failing seed and the command that replays exactly this run."""
+        test = nodeid.split("[")[0]
+        return f"seed={self.seed}; replay: SWIM_SEED={self.seed} pytest '{test}'"
 
 
 def _fields(config: SwimConfig) -> dict[str, object]:

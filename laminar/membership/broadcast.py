@@ -13,6 +13,7 @@ class _Pending:
     update: Update
     transmits: int
     order: int
+    size: int
 
 
 class BroadcastQueue:
@@ -27,7 +28,7 @@ class BroadcastQueue:
 
     def push(self, update: Update) -> None:
         self._order += 1
-        self._items[update.node_id] = _Pending(update, 0, self._order)
+        self._items[update.node_id] = _Pending(update, 0, self._order, update_size(update))
 
     def take(self, budget_bytes: int, limit: int, skip: Collection[int] = ()) -> list[Update]:
         """Updates fitting ``budget_bytes``, least transmitted (then newest) first.
@@ -42,10 +43,9 @@ class BroadcastQueue:
         for pending in ranked:
             if pending.update.node_id in skip:
                 continue
-            size = update_size(pending.update)
-            if size > budget_bytes:
+            if pending.size > budget_bytes:
                 continue
-            budget_bytes -= size
+            budget_bytes -= pending.size
             chosen.append(pending.update)
             pending.transmits += 1
             if pending.transmits >= limit:

@@ -316,7 +316,7 @@ class Swim:
         suspect's ack carries its refutation.
         """
         suspicion.checked = True
-        suspicion.extension += self.config.protocol_period_ticks
+        suspicion.extend(self.config.protocol_period_ticks)
         target = self._members[node_id]
         buddy = (self._update_of(target, self._accuser(node_id)),)
         for _ in range(2):
