@@ -16,6 +16,8 @@ segment's max timestamp, which retention relies on after a restart.
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from bisect import bisect_right
 
 OFFSET_ENTRY = struct.Struct("<IIqq")
@@ -71,9 +73,11 @@ class OffsetIndex:
         Valid means: starts at (0, 0), offsets and positions strictly increase, positions lie
         inside the data file, running max never decreases.
         """
+        whole = cls._parse_whole(base, data, data_size)
+        if whole is not None:
+            return whole, True
         index = cls(base)
         usable = len(data) - len(data) % OFFSET_ENTRY.size
-        whole = usable == len(data) and usable > 0
         last_rel = last_pos = -1
         last_max = NO_TIMESTAMP
         offsets, positions, terms, maxes = index.offsets, index.positions, index.terms, index.max_ts
@@ -82,14 +86,41 @@ class OffsetIndex:
             if not offsets:
                 ok = rel == 0 and pos == 0 and data_size > 0
             if not ok:
-                whole = False
                 break
             offsets.append(base + rel)
             positions.append(pos)
             terms.append(term)
             maxes.append(mx)
             last_rel, last_pos, last_max = rel, pos, mx
-        return index, whole
+        return index, False
+
+    @classmethod
+    def _parse_whole(cls, base: int, data: bytes, data_size: int) -> OffsetIndex | None:
+        """Fast path (C-level list operations, no per-entry Python) for an intact file."""
+        if not data or len(data) % OFFSET_ENTRY.size or data_size <= 0:
+            return None
+        words = array("I")
+        words.frombytes(data)
+        longs = array("q")
+        longs.frombytes(data)
+        if sys.byteorder != "little":  # pragma: no cover - the file format is little-endian
+            words.byteswap()
+            longs.byteswap()
+        rel = words[0::6].tolist()
+        pos = words[1::6].tolist()
+        maxes = longs[2::3].tolist()
+        if rel[0] != 0 or pos[0] != 0 or pos[-1] >= data_size:
+            return None
+        if rel != sorted(rel) or pos != sorted(pos) or maxes != sorted(maxes):
+            return None
+        if len(set(rel)) != len(rel) or len(set(pos)) != len(pos):
+            return None
+        index = cls(base)
+        index.offsets = list(map(base.__add__, rel))
+        index.positions = pos
+        index.terms = longs[1::3].tolist()
+        index.max_ts = maxes
+        return index
 
 
 class TimeIndex:

@@ -16,6 +16,8 @@ import threading
 import time
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 
@@ -140,9 +142,9 @@ class PartitionLog:
         self._bases = [s.base for s in self._segments]
         for seg in self._segments:
             idx = seg.idx
-            for off, term in zip(idx.offsets, idx.terms, strict=True):
+            for term, group in groupby(zip(idx.offsets, idx.terms, strict=True), itemgetter(1)):
                 if not self._term_values or term != self._term_values[-1]:
-                    self._term_offsets.append(off)
+                    self._term_offsets.append(next(group)[0])
                     self._term_values.append(term)
         self._end = self._segments[-1].end
         self._durable = self._end

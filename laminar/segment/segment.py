@@ -155,7 +155,9 @@ class Segment:
         seg = cls(directory, base, interval)
         seg.data = open_append(seg.log_path)
         size = seg.data.size()
-        idx, _ = OffsetIndex.parse(base, _read_or_empty(seg.index_path), size)
+        raw_idx = _read_or_empty(seg.index_path)
+        raw_time = _read_or_empty(seg.time_path)
+        idx, _ = OffsetIndex.parse(base, raw_idx, size)
         while len(idx) and not seg._entry_matches(idx, size):
             idx.keep(len(idx) - 1)
         seg.idx = idx
@@ -190,8 +192,12 @@ class Segment:
         seg._derive_time_index(seal=False)
         seg._open_index_files()
         assert seg.index_fh is not None and seg.time_fh is not None
-        rewrite_file(seg.index_fh, seg.idx.to_bytes())
-        rewrite_file(seg.time_fh, seg.tidx.to_bytes())
+        for fh, raw, fresh in (
+            (seg.index_fh, raw_idx, seg.idx.to_bytes()),
+            (seg.time_fh, raw_time, seg.tidx.to_bytes()),
+        ):
+            if raw != fresh:
+                rewrite_file(fh, fresh)
         return seg
 
     def _entry_matches(self, idx: OffsetIndex, size: int) -> bool:
