@@ -19,17 +19,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laminar.errors import CorruptBatchError
+from laminar.segment.batch import ATTR_COMPRESSION_MASK as _ATTR_COMPRESSION
+from laminar.segment.batch import ATTR_CONTROL as _ATTR_CONTROL
+from laminar.segment.batch import CRC_START as _CRC_START
+from laminar.segment.batch import HEADER_SIZE
+from laminar.segment.batch import MAGIC as _MAGIC
 from spark_source.schema import TIMESTAMP_TYPE_CREATE_TIME
 
 # base_offset, term, batch_length, crc, magic, reserved, attributes, last_offset_delta,
 # first_timestamp, max_timestamp, producer_id, producer_epoch, reserved, base_sequence,
 # record_count
-_HEADER = struct.Struct("<qqiIBBHiqqqhhii")
-HEADER_SIZE = _HEADER.size  # 68
-_CRC_START = 24
-_MAGIC = 1
-_ATTR_CONTROL = 1 << 5
-_ATTR_COMPRESSION = 0x7
+_HEADER = struct.Struct("<qqiIBBHiqqqhHii")
+assert _HEADER.size == HEADER_SIZE
 
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 _CREATE_TIME = pa.scalar(TIMESTAMP_TYPE_CREATE_TIME, pa.int32())

@@ -1,0 +1,311 @@
+"""Talking to the laminar cluster: driver-side snapshots and executor-side range reads.
+
+Driver methods of a Spark source are synchronous and the reader object is pickled, so every
+driver call opens its own client inside ``asyncio.run`` and closes it before returning: no
+sockets, loops or locks outlive a call. Executors read one offset range each with their own
+event loop and connection, failing over between the partition's replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import structlog
+
+from laminar.client import Admin, Consumer, TopicPartition
+from laminar.client.types import FetchedBatches
+from laminar.errors import (
+    NotEnoughReplicasError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from spark_source.decode import decode_chunk
+from spark_source.options import EARLIEST, LATEST, SourceOptions
+from spark_source.planning import (
+    DataLossError,
+    LaminarInputPartition,
+    Offsets,
+    Replica,
+    TopicPartitionKey,
+    data_loss_message,
+)
+
+log = structlog.get_logger(__name__)
+
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+"""A single batch larger than the fetch size makes the reader double it, up to this."""
+
+FAILOVER_ERRORS = (
+    ConnectionError,
+    OSError,
+    RequestTimeoutError,
+    NotLeaderError,
+    NotEnoughReplicasError,
+    UnknownTopicError,
+    UnknownPartitionError,
+)
+"""Errors that another replica, or the same one a moment later, can cure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the driver needs to plan: replicas (leader first) and offset bounds per partition."""
+
+    replicas: dict[TopicPartitionKey, tuple[Replica, ...]]
+    earliest: Offsets
+    latest: Offsets
+
+
+def _ordered_replicas(
+    brokers: dict[int, str], leader: int, replicas: tuple[int, ...]
+) -> tuple[Replica, ...]:
+    order = [leader] if leader else []
+    order += [node for node in replicas if node != leader]
+    return tuple(Replica(node, brokers.get(node, "")) for node in order)
+
+
+async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snapshot, Offsets]:
+    async with Admin(
+        list(options.bootstrap), request_timeout_ms=options.request_timeout_ms
+    ) as admin:
+        metadata = await admin.cluster.refresh_metadata()
+        wanted: list[TopicPartitionKey] = []
+        replicas: dict[TopicPartitionKey, tuple[Replica, ...]] = {}
+        for topic in options.topic_names:
+            description = metadata.topics.get(topic)
+            if description is None:
+                raise UnknownTopicError(f"laminar source: topic {topic!r} does not exist")
+            for info in description.partitions:
+                tp = (topic, info.partition)
+                replicas[tp] = _ordered_replicas(metadata.brokers, info.leader, info.replicas)
+        if options.assign:
+            for tp in options.assign:
+                if tp not in replicas:
+                    raise UnknownPartitionError(
+                        f"laminar source: assign names {tp[0]}/{tp[1]}, which does not exist"
+                    )
+            replicas = {tp: replicas[tp] for tp in options.assign}
+        wanted = sorted(replicas)
+        tps = [TopicPartition(*tp) for tp in wanted]
+        if not tps:
+            return Snapshot({}, {}, {}), {}
+        earliest = await admin.list_offsets(tps, EARLIEST)
+        latest = await admin.list_offsets(tps, LATEST)
+        at_time: Offsets = {}
+        if timestamp is not None:
+            found = await admin.list_offsets(tps, timestamp)
+            at_time = {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+    snapshot = Snapshot(
+        replicas=replicas,
+        earliest={(tp.topic, tp.partition): offset for tp, offset in earliest.items()},
+        latest={(tp.topic, tp.partition): offset for tp, offset in latest.items()},
+    )
+    return snapshot, at_time
+
+
+def snapshot(options: SourceOptions, timestamp: int | None = None) -> tuple[Snapshot, Offsets]:
+    """Partitions, replicas, earliest/latest offsets (and offsets at ``timestamp``) right now."""
+    return asyncio.run(_snapshot(options, timestamp))
+
+
+class _RangeFetcher:
+    """Fetches one partition's batches from its replicas, leader first, failing over."""
+
+    def __init__(self, part: LaminarInputPartition, options: SourceOptions) -> None:
+        self.part = part
+        self.tp = TopicPartition(part.topic, part.partition)
+        self.options = options
+        self.max_bytes = options.fetch_max_bytes
+        self.order = [replica.node_id for replica in part.replicas]
+        self.current = 0
+        addresses = [r.address for r in part.replicas if r.address]
+        self.consumer = Consumer(
+            list(dict.fromkeys([*addresses, *options.bootstrap])),
+            request_timeout_ms=options.request_timeout_ms,
+        )
+
+    async def start(self) -> None:
+        deadline = time.monotonic() + self.options.read_retry_timeout_ms / 1000
+        while True:
+            try:
+                await self.consumer.start()
+                return
+            except FAILOVER_ERRORS as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"laminar source: cannot reach the cluster to read {self.part}: {exc}"
+                    ) from exc
+                await asyncio.sleep(0.2)
+
+    async def close(self) -> None:
+        await self.consumer.close()
+
+    async def _refresh(self) -> None:
+        """After every replica failed once: ask the cluster where the partition lives now."""
+        try:
+            cluster = self.consumer.cluster
+            await cluster.refresh_metadata()
+            leader = cluster.leader_for(self.tp)
+            replicas = cluster.replicas_for(self.tp)
+        except (*FAILOVER_ERRORS, RuntimeError) as exc:
+            log.info("metadata refresh failed", partition=str(self.tp), error=str(exc))
+            return
+        order = [leader] if leader else []
+        order += [node for node in replicas if node != leader]
+        if order:
+            self.order = order
+            self.current = 0
+
+    async def fetch(self, offset: int) -> FetchedBatches:
+        """Whole batches from ``offset``; OffsetOutOfRangeError only when below log start."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.read_retry_timeout_ms / 1000
+        delay = 0.05
+        wait_ms = 0
+        tried = 0
+        while True:
+            node = self.order[self.current] if self.order else None
+            try:
+                got = await self.consumer.fetch_batches(
+                    self.tp, offset, self.max_bytes, max_wait_ms=wait_ms, node_id=node
+                )
+                if got.data or got.high_watermark > offset:
+                    return got
+                reason = f"node {node} has committed only up to {got.high_watermark}"
+            except OffsetOutOfRangeError as exc:
+                if offset < exc.start:
+                    raise
+                reason = f"node {node} has committed only up to {exc.end}"
+            except FAILOVER_ERRORS as exc:
+                reason = f"node {node}: {exc}"
+            log.info(
+                "fetch failed, trying another replica",
+                partition=str(self.tp),
+                offset=offset,
+                reason=reason,
+            )
+            if loop.time() > deadline:
+                raise ConnectionError(
+                    f"laminar source: no replica of {self.tp.topic}/{self.tp.partition} served "
+                    f"offset {offset} within {self.options.read_retry_timeout_ms} ms "
+                    f"(last: {reason})"
+                )
+            tried += 1
+            self.current = (self.current + 1) % max(1, len(self.order))
+            wait_ms = 200
+            if tried >= len(self.order):
+                tried = 0
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                await self._refresh()
+
+
+def read_range(
+    part: LaminarInputPartition, options: SourceOptions, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``part`` ([start, end) of one partition) as Arrow batches.
+
+    The next fetch is sent before a batch is handed to Spark, so the node serves it while
+    Spark consumes the previous one.
+    """
+    if part.start >= part.end:
+        return
+    # Plain asyncio: laminar.transport asserts asyncio.Transport, which uvloop's is not.
+    loop = asyncio.new_event_loop()
+    fetcher = _RangeFetcher(part, options)
+    pending: asyncio.Task[FetchedBatches] | None = None
+    try:
+        loop.run_until_complete(fetcher.start())
+        offset = part.start
+        pending = loop.create_task(fetcher.fetch(offset))
+        while offset < part.end:
+            try:
+                got = loop.run_until_complete(pending)
+            except OffsetOutOfRangeError as exc:
+                pending = None
+                offset = _skip_deleted(part, offset, exc.start, options)
+                if offset < part.end:
+                    pending = loop.create_task(fetcher.fetch(offset))
+                continue
+            pending = None
+            chunk = decode_chunk(got.data, part.topic, part.partition, offset, part.end, schema)
+            if chunk.next_offset <= offset:
+                _grow_fetch(fetcher, part, offset)
+            offset = max(offset, chunk.next_offset)
+            if offset < part.end:
+                pending = loop.create_task(fetcher.fetch(offset))
+                loop.run_until_complete(asyncio.sleep(0))  # let the request go out now
+            if chunk.batch is not None:
+                yield chunk.batch
+    finally:
+        if pending is not None:
+            pending.cancel()
+            loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
+        loop.run_until_complete(fetcher.close())
+        loop.close()
+
+
+def _skip_deleted(
+    part: LaminarInputPartition, offset: int, log_start: int, options: SourceOptions
+) -> int:
+    """Retention removed [offset, log_start) while the query ran: fail or skip, per option."""
+    missing_to = min(log_start, part.end)
+    message = data_loss_message(part.topic, part.partition, offset, missing_to)
+    if options.fail_on_data_loss:
+        raise DataLossError(message)
+    log.warning(
+        "skipping deleted offsets",
+        topic=part.topic,
+        partition=part.partition,
+        start=offset,
+        log_start=log_start,
+    )
+    return missing_to
+
+
+def _grow_fetch(fetcher: _RangeFetcher, part: LaminarInputPartition, offset: int) -> None:
+    """No whole batch fit in the fetch size: the next batch is larger, so ask for more."""
+    if fetcher.max_bytes >= MAX_FETCH_BYTES:
+        raise ConnectionError(
+            f"laminar source: no progress reading {part.topic}/{part.partition} at offset "
+            f"{offset} even with {MAX_FETCH_BYTES} byte fetches"
+        )
+    fetcher.max_bytes = min(MAX_FETCH_BYTES, fetcher.max_bytes * 2)
+
+
+def resolve_spec(
+    name: str,
+    spec: str | dict[str, dict[int, int]],
+    snap: Snapshot,
+    default: str,
+) -> Offsets:
+    """'earliest' | 'latest' | JSON (-2/-1) -> concrete offsets for every planned partition."""
+    bounds = {"earliest": snap.earliest, "latest": snap.latest}
+    if isinstance(spec, str):
+        return dict(bounds[spec])
+    for topic, partitions in spec.items():
+        for partition in partitions:
+            if (topic, partition) not in snap.replicas:
+                raise ValueError(
+                    f"laminar source: {name} names {topic}/{partition}, which the query does "
+                    "not read (unknown topic or partition)"
+                )
+    resolved: Offsets = {}
+    for tp in snap.replicas:
+        given = spec.get(tp[0], {}).get(tp[1])
+        if given is None:
+            resolved[tp] = bounds[default][tp]
+        elif given == EARLIEST:
+            resolved[tp] = snap.earliest[tp]
+        elif given == LATEST:
+            resolved[tp] = snap.latest[tp]
+        else:
+            resolved[tp] = given
+    return resolved
