@@ -196,7 +196,7 @@ class SwimDriver:
         for event in core.events():
             log.info(
                 "swim.member",
-                event=event.kind.value,
+                change=event.kind.value,
                 member=event.member.node_id,
                 incarnation=event.member.incarnation,
             )
@@ -205,7 +205,7 @@ class SwimDriver:
                     callback(event)
                 except Exception:
                     self.stats.callback_errors += 1
-                    log.exception("swim.subscriber_failed", event=event.kind.value)
+                    log.exception("swim.subscriber_failed", change=event.kind.value)
 
     def _send(self, transport: asyncio.DatagramTransport, address: str, message: Message) -> None:
         target = self._resolved.get(address)
