@@ -1,0 +1,225 @@
+"""Spark source pieces that need neither a Spark session nor a cluster: decoding, options,
+offset JSON, read limits, range splitting and data-loss rules."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import struct
+
+import pyarrow as pa
+import pytest
+
+from laminar.errors import CorruptBatchError
+from laminar.segment.batch import build_batch, control_batch, decode_records, stamp
+from spark_source.decode import decode_chunk
+from spark_source.options import OptionError, parse_options
+from spark_source.planning import (
+    DataLossError,
+    check_start,
+    from_json,
+    rate_limit,
+    split_ranges,
+    to_json,
+)
+from spark_source.schema import arrow_schema, spark_schema
+
+PLAIN = arrow_schema(spark_schema(False))
+WITH_HEADERS = arrow_schema(spark_schema(True))
+
+
+def stamped(records: list, base_offset: int) -> bytes:
+    batch = bytearray(build_batch(records))
+    stamp(batch, base_offset, 1)
+    return bytes(batch)
+
+
+def random_records(rng: random.Random, count: int) -> list:
+    """Keys, values and headers of many sizes (1- to 3-byte varints), some null."""
+    records = []
+    for i in range(count):
+        key = None if rng.random() < 0.3 else rng.randbytes(rng.choice([0, 1, 7, 70, 300]))
+        value = None if rng.random() < 0.1 else rng.randbytes(rng.choice([0, 5, 100, 9000]))
+        headers = [(f"h{j}", None if j == 1 else rng.randbytes(j * 40)) for j in range(i % 3)]
+        records.append((key, value, headers, 1_700_000_000_000 + i * rng.choice([1, 90, 20_000])))
+    return records
+
+
+def test_decode_matches_reference_decoder_for_random_batches() -> None:
+    rng = random.Random(7)
+    buf = b""
+    offset = 100
+    for size in (1, 5, 64, 200):
+        buf += stamped(random_records(rng, size), offset)
+        offset += size
+    chunk = decode_chunk(buf, "t", 3, 100, offset, WITH_HEADERS)
+    assert chunk.next_offset == offset
+    assert chunk.batch is not None
+    assert chunk.batch.schema.equals(WITH_HEADERS)
+    rows = chunk.batch.to_pylist()
+    expected = []
+    position = 0
+    while position < len(buf):
+        length = struct.unpack_from("<i", buf, position + 16)[0]
+        expected += decode_records(buf[position : position + length])
+        position += length
+    assert len(rows) == len(expected) == 270
+    for row, record in zip(rows, expected, strict=True):
+        assert row["offset"] == record.offset
+        assert row["key"] == record.key
+        assert row["value"] == record.value
+        assert row["topic"] == "t" and row["partition"] == 3 and row["timestampType"] == 0
+        assert int(row["timestamp"].timestamp() * 1000) == record.timestamp
+        assert [(h["key"], h["value"]) for h in row["headers"]] == list(record.headers)
+
+
+def test_decode_keeps_only_the_requested_range_and_skips_control_batches() -> None:
+    first = stamped([(None, b"a%d" % i, [], 10 + i) for i in range(10)], 0)
+    control = bytearray(control_batch(1, b"noop", 50))
+    stamp(control, 10, 1)
+    second = stamped([(b"k", b"b%d" % i, [], 60 + i) for i in range(10)], 11)
+    buf = first + bytes(control) + second
+    chunk = decode_chunk(buf, "t", 0, 5, 15, PLAIN)
+    assert chunk.batch is not None
+    assert chunk.batch.column("offset").to_pylist() == [5, 6, 7, 8, 9, 11, 12, 13, 14]
+    assert chunk.batch.column("value").to_pylist()[-1] == b"b3"
+    assert chunk.next_offset == 21  # the whole second batch was walked
+    assert chunk.batch.schema.equals(PLAIN)
+
+
+def test_decode_of_only_a_control_batch_advances_without_rows() -> None:
+    control = bytearray(control_batch(1, b"noop", 50))
+    stamp(control, 7, 1)
+    chunk = decode_chunk(bytes(control), "t", 0, 7, 100, PLAIN)
+    assert chunk.batch is None
+    assert chunk.next_offset == 8
+
+
+def test_decode_stops_at_a_partial_trailing_batch() -> None:
+    whole = stamped([(None, b"x", [], 1)] * 3, 0)
+    partial = stamped([(None, b"y", [], 1)] * 3, 3)[:-5]
+    chunk = decode_chunk(whole + partial, "t", 0, 0, 100, PLAIN)
+    assert chunk.batch is not None and chunk.batch.num_rows == 3
+    assert chunk.next_offset == 3
+
+
+def test_decode_rejects_a_batch_with_a_bad_crc() -> None:
+    buf = bytearray(stamped([(None, b"payload", [], 1)], 0))
+    buf[-2] ^= 0xFF
+    with pytest.raises(CorruptBatchError, match="crc32c mismatch in the batch at offset 0"):
+        decode_chunk(bytes(buf), "t", 0, 0, 10, PLAIN)
+
+
+def test_decoded_timestamps_are_utc_microseconds() -> None:
+    chunk = decode_chunk(stamped([(None, b"v", [], 1_234_567)], 0), "t", 0, 0, 1, PLAIN)
+    assert chunk.batch is not None
+    column = chunk.batch.column("timestamp")
+    assert column.type == pa.timestamp("us", tz="UTC")
+    assert column.cast(pa.int64()).to_pylist() == [1_234_567_000]
+
+
+def test_options_follow_kafka_names_and_defaults() -> None:
+    options = parse_options(
+        {
+            "subscribe": "a, b,a",
+            "bootstrap": "127.0.0.1:1,127.0.0.1:2",
+            "startingOffsets": '{"a": {"0": 5, "1": -2}}',
+            "MaxOffsetsPerTrigger": "100",
+            "failOnDataLoss": "false",
+            "includeHeaders": "true",
+        }
+    )
+    assert options.topics == ("a", "b")
+    assert options.bootstrap == ("127.0.0.1:1", "127.0.0.1:2")
+    assert options.starting == {"a": {0: 5, 1: -2}}
+    assert options.ending == "latest"
+    assert options.max_offsets_per_trigger == 100
+    assert options.fail_on_data_loss is False
+    assert options.include_headers is True
+    assigned = parse_options({"assign": '{"t": [2, 0]}'})
+    assert assigned.assign == (("t", 0), ("t", 2)) and assigned.topic_names == ("t",)
+    assert parse_options({"topic": "t"}).fail_on_data_loss is True
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "exactly one of"),
+        ({"topic": "a", "assign": '{"a": [0]}'}, "exactly one of"),
+        ({"topic": "a", "startingOffsets": "{nope"}, "startingOffsets must be earliest"),
+        ({"topic": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger must be >= 1"),
+        ({"topic": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
+        ({"topic": "a", "bootstrap": "nohost"}, "bootstrap"),
+        ({"topic": "a", "endingOffsets": "earliest"}, "endingOffsets=earliest"),
+        (
+            {"topic": "a", "minOffsetsPerTrigger": "10", "maxOffsetsPerTrigger": "5"},
+            "minOffsetsPerTrigger must not be larger",
+        ),
+    ],
+)
+def test_bad_options_are_named(options: dict[str, str], message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        parse_options(options)
+
+
+def test_offset_json_has_sorted_string_keys_and_round_trips() -> None:
+    offsets = {("b", 10): 5, ("a", 2): 7, ("b", 2): 1, ("a", 0): 3}
+    encoded = to_json(offsets)
+    assert json.dumps(encoded) == '{"a": {"0": 3, "2": 7}, "b": {"10": 5, "2": 1}}'
+    assert from_json(encoded) == offsets
+    assert json.dumps(to_json(dict(reversed(list(offsets.items()))))) == json.dumps(encoded)
+
+
+def test_rate_limit_is_proportional_to_lag_and_exact() -> None:
+    start = {("t", 0): 0, ("t", 1): 100, ("t", 2): 50}
+    latest = {("t", 0): 900, ("t", 1): 190, ("t", 2): 60}
+    end = rate_limit(start, latest, 100)
+    read = {tp: end[tp] - start[tp] for tp in start}
+    assert sum(read.values()) == 100
+    assert read == {("t", 0): 90, ("t", 1): 9, ("t", 2): 1}
+    assert rate_limit(start, latest, 10_000) == latest
+    # A new partition (absent from start) counts from its latest: no lag, nothing read.
+    assert rate_limit({("t", 0): 0}, {("t", 0): 10, ("t", 9): 4}, 5) == {("t", 0): 5, ("t", 9): 4}
+
+
+def test_rate_limit_never_exceeds_the_cap_and_always_progresses() -> None:
+    rng = random.Random(3)
+    for _ in range(300):
+        parts = rng.randint(1, 6)
+        start = {("t", p): rng.randint(0, 50) for p in range(parts)}
+        latest = {tp: offset + rng.randint(0, 40) for tp, offset in start.items()}
+        cap = rng.randint(1, 60)
+        end = rate_limit(start, latest, cap)
+        lag = sum(latest[tp] - start[tp] for tp in start)
+        taken = sum(end[tp] - start[tp] for tp in start)
+        assert taken == min(cap, lag)
+        assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)
+
+
+def test_split_ranges_caps_piece_size_and_reaches_min_partitions() -> None:
+    ranges = {("t", 0): (0, 2500), ("t", 1): (10, 10), ("t", 2): (100, 600)}
+    pieces = split_ranges(ranges, 1000, None)
+    assert [(tp[1], lo, hi) for tp, lo, hi in pieces] == [
+        (0, 0, 833),
+        (0, 833, 1666),
+        (0, 1666, 2500),
+        (2, 100, 600),
+    ]
+    many = split_ranges(ranges, 10_000, 6)
+    assert len(many) >= 6
+    for tp, (lo, hi) in ranges.items():
+        covered = sorted((a, b) for t, a, b in many if t == tp)
+        if hi > lo:
+            assert covered[0][0] == lo and covered[-1][1] == hi
+            assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
+
+
+def test_check_start_fails_or_skips_on_deleted_offsets() -> None:
+    assert check_start(("t", 1), 40, 30, True) == 40
+    assert check_start(("t", 1), 10, 30, False) == 30
+    with pytest.raises(DataLossError) as info:
+        check_start(("t", 1), 10, 30, True)
+    message = str(info.value)
+    assert "'t' partition 1" in message and "[10, 30)" in message
+    assert "failOnDataLoss=false" in message
