@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import struct
 import threading
 import time
 from bisect import bisect_right
@@ -21,10 +22,17 @@ from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 
+import crc32c
 import structlog
 
 from laminar.errors import CorruptLogError, InvalidRequestError, OffsetOutOfRangeError
-from laminar.segment.batch import HEADER_SIZE, BatchHeader, stamp_prefix, verify_batch
+from laminar.segment.batch import (
+    CRC_START,
+    HEADER_SIZE,
+    BatchHeader,
+    stamp_prefix,
+    verify_batch,
+)
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
 from laminar.segment.segment import Segment
@@ -35,6 +43,7 @@ log = structlog.get_logger(__name__)
 MiB = 1 << 20
 _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _NO_LIMIT = 1 << 63
+_LENGTH_CRC = struct.Struct("<iI")
 
 
 @dataclass
@@ -301,8 +310,8 @@ class PartitionLog:
 
     def batch_bounds(self, offset: int) -> tuple[int, int]:
         self._check_range(offset, inclusive_end=False)
-        _, h = self._segment_for(offset).locate(offset)
-        return h.base_offset, h.last_offset
+        _, base, last, _ = self._segment_for(offset).locate(offset)
+        return base, last
 
     def read(self, offset: int, max_bytes: int, *, upto: int | None = None) -> LogSlice:
         """Whole batches from the one holding ``offset``, within one segment (Kafka fetch)."""
@@ -311,12 +320,12 @@ class PartitionLog:
         if offset == self._end or offset >= limit:
             return self._empty_slice(offset)
         seg = self._segment_for(offset)
-        pos, h = seg.locate(offset)
-        if h.last_offset >= limit:
+        first = seg.locate(offset)
+        if first[2] >= limit:
             return self._empty_slice(offset)
-        length, nxt = seg.extent(pos, h, max_bytes, limit, _NO_LIMIT)
+        length, nxt = seg.extent(first, max_bytes, limit, _NO_LIMIT)
         assert seg.data is not None
-        return LogSlice(seg.data, seg.log_path, pos, length, h.base_offset, nxt)
+        return LogSlice(seg.data, seg.log_path, first[0], length, first[1], nxt)
 
     def _empty_slice(self, offset: int) -> LogSlice:
         seg = self._segments[-1]
@@ -332,22 +341,25 @@ class PartitionLog:
         cur = start
         while cur < end:
             seg = self._segment_for(cur)
-            pos, h = seg.locate(cur)
-            if out and h.batch_length > remaining:
+            first = seg.locate(cur)
+            pos = first[0]
+            if out and first[3] > remaining:
                 break
             assert seg.data is not None
-            length, nxt = seg.extent(pos, h, remaining, _NO_LIMIT, end)
+            length, nxt = seg.extent(first, remaining, _NO_LIMIT, end)
             data = memoryview(pread_exact(seg.data.fd, length, pos, seg.log_path))
             at = 0
             while at < length:
-                size = int.from_bytes(data[at + 16 : at + 20], "little", signed=True)
-                one = data[at : at + size]
-                try:
-                    verify_batch(one)
-                except Exception as exc:
+                size, stored = _LENGTH_CRC.unpack_from(data, at + 16)
+                if size < HEADER_SIZE or at + size > length:
                     raise CorruptLogError(
-                        f"{seg.log_path}: corrupt batch at position {pos + at}: {exc}"
-                    ) from exc
+                        f"{seg.log_path}: bad batch length {size} at position {pos + at}"
+                    )
+                one = data[at : at + size]
+                if crc32c.crc32c(one[CRC_START:]) != stored:
+                    raise CorruptLogError(
+                        f"{seg.log_path}: corrupt batch at position {pos + at}: crc32c mismatch"
+                    )
                 out.append(one)
                 at += size
             remaining -= length
@@ -391,11 +403,9 @@ class PartitionLog:
             return
         i = bisect_right(self._bases, offset) - 1
         seg = self._segments[i]
-        pos, h = seg.locate(offset)
-        if h.base_offset != offset:
-            raise InvalidRequestError(
-                f"cannot truncate to {offset}: inside batch [{h.base_offset}, {h.last_offset}]"
-            )
+        pos, base, last, _ = seg.locate(offset)
+        if base != offset:
+            raise InvalidRequestError(f"cannot truncate to {offset}: inside batch [{base}, {last}]")
         removed = self._segments[i + 1 :]
         for s in reversed(removed):
             s.delete()

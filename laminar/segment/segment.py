@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,14 +17,14 @@ from pathlib import Path
 import structlog
 
 from laminar.errors import CorruptBatchError, CorruptLogError
-from laminar.segment.batch import HEADER_SIZE, BatchHeader, read_header, verify_batch
+from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, read_header, verify_batch
 from laminar.segment.fileio import FileHandle, open_append, pread_exact, rewrite_file
 from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 log = structlog.get_logger(__name__)
 
 CHUNK = 1 << 20  # read size when scanning data files
-WALK_CHUNK = 1 << 16  # read size when walking headers only
+_LEAN = struct.Struct("<q8xi4xB3xi")  # base_offset, batch_length, magic, last_offset_delta
 PENDING_FLUSH = 4096  # buffered index bytes written to the index files past this size
 
 
@@ -111,7 +112,7 @@ class Segment:
                     running, max_off, max_pos = h.max_timestamp, h.base_offset, pos
                 expected = h.next_offset
                 last_end = pos + h.batch_length
-        except CorruptBatchError:
+        except CorruptLogError:
             return False
         if expected != next_base or last_end != size:
             return False
@@ -306,43 +307,69 @@ class Segment:
         """Headers of the batches starting in [pos, limit), read in chunks (no crc check)."""
         assert self.data is not None
         fd = self.data.fd
+        chunk = 2 * self.interval + HEADER_SIZE  # about the distance between index entries
         buf = b""
         buf_pos = pos
         while pos < limit:
             rel = pos - buf_pos
             if rel + HEADER_SIZE > len(buf):
-                buf = os.pread(fd, max(HEADER_SIZE, min(WALK_CHUNK, limit - pos)), pos)
+                buf = os.pread(fd, max(HEADER_SIZE, min(chunk, limit - pos)), pos)
                 buf_pos, rel = pos, 0
-            h = read_header(buf, rel)
+            try:
+                h = read_header(buf, rel)
+            except CorruptBatchError as exc:
+                raise CorruptLogError(f"{self.log_path}: position {pos}: {exc}") from exc
             yield pos, h
             pos += h.batch_length
 
-    def locate(self, offset: int) -> tuple[int, BatchHeader]:
-        """Position and header of the batch containing ``offset`` (which must be < end)."""
+    def walk_lean(self, pos: int, limit: int) -> Iterator[tuple[int, int, int, int]]:
+        """(position, base offset, last offset, length) of the batches starting in
+        [pos, limit): the hot-path walker behind locate and extent."""
+        assert self.data is not None
+        fd = self.data.fd
+        chunk = 2 * self.interval + HEADER_SIZE
+        unpack = _LEAN.unpack_from
+        buf = b""
+        buf_pos = pos
+        while pos < limit:
+            rel = pos - buf_pos
+            if rel + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, max(HEADER_SIZE, min(chunk, limit - pos)), pos)
+                buf_pos, rel = pos, 0
+                if len(buf) < HEADER_SIZE:
+                    raise CorruptLogError(f"{self.log_path}: file ends inside a batch header")
+            base, length, magic, lod = unpack(buf, rel)
+            if length < HEADER_SIZE or magic != MAGIC:
+                raise CorruptLogError(
+                    f"{self.log_path}: unreadable batch header at position {pos} "
+                    f"(length {length}, magic {magic})"
+                )
+            yield pos, base, base + lod, length
+            pos += length
+
+    def locate(self, offset: int) -> tuple[int, int, int, int]:
+        """(position, base, last, length) of the batch containing ``offset`` (< end)."""
         i = self.idx.floor(offset)
         if i < 0:
             raise CorruptLogError(f"{self.log_path}: offset {offset} is before the segment")
-        try:
-            for pos, h in self.walk(self.idx.positions[i], self.size):
-                if h.base_offset > offset:
-                    break
-                if offset <= h.last_offset:
-                    return pos, h
-        except CorruptBatchError as exc:
-            raise CorruptLogError(f"{self.log_path}: unreadable batch header: {exc}") from exc
+        for found in self.walk_lean(self.idx.positions[i], self.size):
+            if found[1] > offset:
+                break
+            if offset <= found[2]:
+                return found
         raise CorruptLogError(f"{self.log_path}: no batch holds offset {offset}")
 
     def extent(
-        self, pos: int, h: BatchHeader, max_bytes: int, last_limit: int, base_limit: int
+        self, first: tuple[int, int, int, int], max_bytes: int, last_limit: int, base_limit: int
     ) -> tuple[int, int]:
-        """Byte length and next offset of the run of whole batches starting with ``h`` at
-        ``pos``: the first always, then more while the total stays <= max_bytes, each batch's
-        last offset < last_limit and base offset < base_limit."""
-        length = h.batch_length
-        nxt = h.next_offset
+        """Byte length and next offset of the run of whole batches starting with ``first``
+        (from locate): that batch always, then more while the total stays <= max_bytes, each
+        batch's last offset < last_limit and base offset < base_limit."""
+        pos, _, last, length = first
+        nxt = last + 1
         cur = pos + length
         bound = min(last_limit, base_limit)
-        if nxt >= self.end or cur - pos >= max_bytes or nxt >= bound:
+        if nxt >= self.end or length >= max_bytes or nxt >= bound:
             return length, nxt
         if self.size - pos <= max_bytes and self.end <= bound:
             return self.size - pos, self.end
@@ -350,17 +377,11 @@ class Segment:
         k = min(bisect_right(idx.positions, pos + max_bytes), bisect_right(idx.offsets, bound)) - 1
         if k >= 0 and idx.positions[k] > cur:
             cur, nxt = idx.positions[k], idx.offsets[k]
-        try:
-            for p, b in self.walk(cur, self.size):
-                if (
-                    p + b.batch_length - pos > max_bytes
-                    or b.last_offset >= last_limit
-                    or b.base_offset >= base_limit
-                ):
-                    break
-                cur, nxt = p + b.batch_length, b.next_offset
-        except CorruptBatchError as exc:
-            raise CorruptLogError(f"{self.log_path}: unreadable batch header: {exc}") from exc
+        limit = pos + max_bytes
+        for p, b_base, b_last, b_len in self.walk_lean(cur, self.size):
+            if p + b_len > limit or b_last >= last_limit or b_base >= base_limit:
+                break
+            cur, nxt = p + b_len, b_last + 1
         return cur - pos, nxt
 
     def scan(
