@@ -110,13 +110,27 @@ class Cluster:
         if connection is not None:
             connection.close()
 
+    def drop_node_connection(self, node_id: int) -> None:
+        address = self.metadata.brokers.get(node_id)
+        if address is not None:
+            self.drop_connection(address)
+
     # metadata ----------------------------------------------------------------------------
     async def refresh_metadata(self, topics: Sequence[str] | None = None) -> ClusterMetadata:
         """Ask any node for metadata (every topic); concurrent callers share one request."""
         del topics  # the cache always holds every topic, so one answer serves all callers
+        return await asyncio.shield(self.refresh_soon())
+
+    def refresh_soon(self) -> asyncio.Future[ClusterMetadata]:
+        """Start a metadata refresh in the background, or join the one running.
+
+        For callers that must not wait (the producer's sender, the consumer's fetch loop); a
+        failure is logged here and surfaces to whoever awaits the future.
+        """
         if self._refresh is None or self._refresh.done():
             self._refresh = asyncio.ensure_future(self._fetch_metadata())
-        return await asyncio.shield(self._refresh)
+            self._refresh.add_done_callback(_log_refresh_failure)
+        return self._refresh
 
     async def _fetch_metadata(self) -> ClusterMetadata:
         last_error: BaseException | None = None
@@ -204,3 +218,8 @@ class Cluster:
         for connection in self._connections.values():
             connection.close()
         self._connections.clear()
+
+
+def _log_refresh_failure(future: asyncio.Future[ClusterMetadata]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("metadata refresh failed", error=str(future.exception()))

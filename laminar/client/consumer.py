@@ -69,7 +69,6 @@ class Consumer:
         self._backoff_until: dict[TopicPartition, float] = {}
         self._error: BaseException | None = None
         self._rotation = 0
-        self._refreshing: asyncio.Task[None] | None = None
         self._closed = False
 
     # lifecycle ---------------------------------------------------------------------------
@@ -82,8 +81,6 @@ class Consumer:
     async def close(self) -> None:
         self._closed = True
         tasks = list(self._fetches.values())
-        if self._refreshing is not None:
-            tasks.append(self._refreshing)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -274,14 +271,7 @@ class Consumer:
     def _refresh_later(self, tp: TopicPartition) -> None:
         self._backoff_until[tp] = time.monotonic() + RETRY_BACKOFF
         asyncio.get_running_loop().call_later(RETRY_BACKOFF, self._arrived.set)
-        if self._refreshing is None or self._refreshing.done():
-            self._refreshing = asyncio.create_task(self._quiet_refresh())
-
-    async def _quiet_refresh(self) -> None:
-        try:
-            await self.cluster.refresh_metadata()
-        except (ConnectionError, LaminarError, RuntimeError) as exc:
-            log.debug("metadata refresh failed", error=str(exc))
+        self.cluster.refresh_soon()
 
     async def _fetch(self, node_id: int, tps: list[TopicPartition]) -> None:
         offsets = {tp: (self._fetch_offsets[tp], self._epochs[tp]) for tp in tps}
@@ -296,9 +286,7 @@ class Consumer:
         except (ConnectionError, OSError, LaminarError) as exc:
             log.debug("fetch failed", node=node_id, error=str(exc))
             if isinstance(exc, ConnectionError | OSError):
-                address = self.cluster.metadata.brokers.get(node_id)
-                if address:
-                    self.cluster.drop_connection(address)
+                self.cluster.drop_node_connection(node_id)
             for tp in tps:
                 self._refresh_later(tp)
             return

@@ -87,7 +87,6 @@ class Producer:
         self._wakeup = asyncio.Event()
         self._space = asyncio.Event()
         self._requests: set[asyncio.Task[None]] = set()
-        self._refreshing: asyncio.Task[Any] | None = None
         self._closed = False
 
     # lifecycle ---------------------------------------------------------------------------
@@ -114,8 +113,6 @@ class Producer:
         try:
             await self._sender
         finally:
-            if self._refreshing is not None:
-                self._refreshing.cancel()
             self._cluster.close()
 
     async def __aenter__(self) -> Producer:
@@ -210,6 +207,16 @@ class Producer:
 
     # the sender task ---------------------------------------------------------------------
     async def _run_sender(self) -> None:
+        try:
+            await self._send_loop()
+        except Exception as exc:  # a bug: fail loudly rather than leave futures hanging
+            log.exception("producer sender failed")
+            self._closed = True
+            assert self._accumulator is not None
+            self._accumulator.fail_all(exc)
+            raise
+
+    async def _send_loop(self) -> None:
         accumulator = self._accumulator
         cluster = self._cluster
         assert accumulator is not None and cluster is not None
@@ -281,9 +288,7 @@ class Producer:
             reply, _ = await connection.request(fill, payload, timeout=self.request_timeout + 5)
         except (ConnectionError, OSError, LaminarError) as exc:
             if isinstance(exc, ConnectionError | OSError):
-                address = cluster.metadata.brokers.get(node_id)
-                if address:
-                    cluster.drop_connection(address)
+                cluster.drop_node_connection(node_id)
             for batch in batches:
                 self._retry_or_fail(batch, exc)
             return
@@ -335,16 +340,6 @@ class Producer:
             self._space.set()
 
     def _refresh_metadata(self) -> None:
-        if self._refreshing is not None and not self._refreshing.done():
-            return
-        cluster = self._cluster
-        assert cluster is not None
-
-        async def refresh() -> None:
-            try:
-                await cluster.refresh_metadata()
-            except (ConnectionError, LaminarError) as exc:
-                log.debug("metadata refresh failed", error=str(exc))
-            self._wakeup.set()
-
-        self._refreshing = asyncio.create_task(refresh())
+        """Refresh in the background and look at the queues again when it is done."""
+        assert self._cluster is not None
+        self._cluster.refresh_soon().add_done_callback(lambda _: self._wakeup.set())
