@@ -44,15 +44,22 @@ class FakePartition:
     start: int = 0
     end: int = 0
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    sequences: dict[tuple[int, int], tuple[int, int]] = field(default_factory=dict)
+    """(producer id, base sequence) -> offsets, like the node's idempotence table."""
 
     def append(self, data: bytes | memoryview, term: int = 1) -> tuple[int, int]:
         header = verify_batch(data)
+        key = (header.producer_id, header.base_sequence)
+        if header.producer_id >= 0 and key in self.sequences:
+            return self.sequences[key]
         buf = bytearray(data)
         base = self.end
         stamp(buf, base, term)
         self.batches.append(bytes(buf))
         self.bases.append(base)
         self.end = base + header.last_offset_delta + 1
+        if header.producer_id >= 0:
+            self.sequences[key] = (base, self.end - 1)
         for waiter in self.waiters:
             if not waiter.done():
                 waiter.set_result(None)

@@ -18,7 +18,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.segment.batch import decode_records
+from laminar.segment.batch import decode_records, read_header
 from tests.client_fakenode import FakeCluster
 
 pytestmark = pytest.mark.timeout(60)
@@ -127,15 +127,28 @@ async def test_retries_keep_partition_order(fake: FakeCluster) -> None:
     assert [v for _, v in stored(fake, "t", 0)] == [f"r{i:03}".encode() for i in range(60)]
 
 
-async def test_lost_connection_is_retried(fake: FakeCluster) -> None:
-    # The node writes, then the connection drops before the reply: the producer cannot know,
-    # retries, and the record is there (twice: at-least-once, documented).
+async def test_lost_reply_is_retried_without_duplicates(fake: FakeCluster) -> None:
+    # The node writes, then the connection drops before the reply. The producer retries the
+    # same bytes (same producer id and sequence), so the node answers with the first write.
+    fake.faults.drop_after_produce = 2
+    async with Producer(fake.bootstrap, retry_backoff_ms=10, linger_ms=0) as producer:
+        first = await producer.send_and_wait("t", b"once", partition=1)
+        second = await producer.send_and_wait("t", b"twice", partition=1)
+    assert [v for _, v in stored(fake, "t", 1)] == [b"once", b"twice"]
+    assert (first.offset, second.offset) == (0, 1)
+    headers = [read_header(b) for b in fake.partition("t", 1).batches]
+    assert headers[0].producer_id == headers[1].producer_id == producer.producer_id >= 0
+    assert [h.base_sequence for h in headers] == [0, 1]
+    assert len(fake.produce_requests) == 4  # two tries each
+
+
+async def test_without_idempotence_a_lost_reply_duplicates(fake: FakeCluster) -> None:
     fake.faults.drop_after_produce = 1
-    async with Producer(fake.bootstrap, retry_backoff_ms=10) as producer:
-        meta = await producer.send_and_wait("t", b"once", partition=1)
-    values = [v for _, v in stored(fake, "t", 1)]
-    assert values == [b"once", b"once"]
+    async with Producer(fake.bootstrap, retry_backoff_ms=10, idempotent=False) as producer:
+        meta = await producer.send_and_wait("t", b"again", partition=1)
+    assert [v for _, v in stored(fake, "t", 1)] == [b"again", b"again"]  # at-least-once
     assert meta.offset == 1
+    assert read_header(fake.partition("t", 1).batches[0]).producer_id == -1
 
 
 async def test_errors_that_cannot_be_retried_fail_only_their_records(fake: FakeCluster) -> None:

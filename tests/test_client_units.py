@@ -123,3 +123,30 @@ async def test_accumulator_flush_and_completion() -> None:
         futures[1].result()
     assert futures[2].result().offset == -1
     await asyncio.gather(*waiting)
+
+
+async def test_accumulator_stamps_producer_id_and_sequences() -> None:
+    acc = RecordAccumulator(batch_bytes=150, linger=0.0, producer_id=77)
+    other = TopicPartition("t", 1)
+    for i in range(3):
+        acc.append(TP, None, b"a" * 40, (), i, now=0.0)  # one record per batch at this size
+    acc.append(other, None, b"b", (), 0, now=0.0)
+    sequences: dict[TopicPartition, list[int]] = {TP: [], other: []}
+    for _ in range(3):
+        ready, _ = acc.ready(now=1.0)
+        acc.start_sending(ready)
+        for batch in ready:
+            header = verify_batch(batch.data or b"")
+            assert header.producer_id == 77 and header.producer_epoch == 0
+            sequences[batch.tp].append(header.base_sequence)
+            acc.finished(batch)
+    assert sequences == {TP: [0, 1, 2], other: [0]}  # per partition, counting records
+    # A retried batch keeps its bytes, so its sequence too.
+    acc.append(TP, None, b"c", (), 9, now=0.0)
+    ready, _ = acc.ready(now=1.0)
+    acc.start_sending(ready)
+    data = ready[0].data
+    acc.requeue(ready[0], retry_at=0.0)
+    again, _ = acc.ready(now=1.0)
+    acc.start_sending(again)
+    assert again[0].data is data and verify_batch(data or b"").base_sequence == 3

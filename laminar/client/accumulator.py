@@ -19,6 +19,9 @@ from laminar.segment.batch import HEADER_SIZE, build_batch
 RECORD_OVERHEAD = 24
 """Upper estimate of a record's framing bytes (length, attributes, deltas, varint lengths)."""
 
+SEQUENCE_WRAP = 1 << 31
+"""Base sequences are int32 on the wire; they wrap (the node compares them for equality)."""
+
 RecordTuple = tuple[bytes | None, bytes | None, Headers, int]
 
 
@@ -57,10 +60,19 @@ class ProducerBatch:
         self.data: bytes | None = None
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def build(self) -> bytes:
-        """The batch's bytes, built once so every retry sends exactly the same batch."""
+    def build(self, producer_id: int = -1, base_sequence: int = -1) -> bytes:
+        """The batch's bytes, built once so every retry sends exactly the same batch.
+
+        With a producer id and sequence the node recognises a retry of a batch it already
+        wrote and answers with the first write's offsets instead of writing it again.
+        """
         if self.data is None:
-            self.data = build_batch(self.records)
+            self.data = build_batch(
+                self.records,
+                producer_id=producer_id,
+                producer_epoch=0 if producer_id >= 0 else -1,
+                base_sequence=base_sequence,
+            )
         return self.data
 
     def complete(self, base_offset: int) -> None:
@@ -85,9 +97,11 @@ class ProducerBatch:
 class RecordAccumulator:
     """Per-partition queues of batches; decides which batches are ready to send."""
 
-    def __init__(self, *, batch_bytes: int, linger: float) -> None:
+    def __init__(self, *, batch_bytes: int, linger: float, producer_id: int = -1) -> None:
         self.batch_bytes = batch_bytes
         self.linger = linger
+        self.producer_id = producer_id
+        self._sequences: dict[TopicPartition, int] = {}
         self.buffered_bytes = 0
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -161,7 +175,11 @@ class RecordAccumulator:
             queue = self._queues[batch.tp]
             assert queue[0] is batch, "only a partition's head batch can be sent"
             queue.popleft()
-            batch.build()
+            if batch.data is None:
+                sequence = self._sequences.get(batch.tp, 0) if self.producer_id >= 0 else -1
+                batch.build(self.producer_id, sequence)
+                if sequence >= 0:
+                    self._sequences[batch.tp] = (sequence + len(batch.records)) % SEQUENCE_WRAP
             self._in_flight[batch.tp] = batch
 
     def requeue(self, batch: ProducerBatch, retry_at: float) -> None:

@@ -3,14 +3,16 @@
 ``send`` only buffers; one sender task turns ready batches into one produce request per leader
 node. A batch that hits a retriable error (not leader, timeout, lost connection) goes back to
 the head of its partition's queue after a metadata refresh and a backoff, so per-partition order
-holds. Retrying after a timeout can duplicate a batch the node did write: delivery is
-at-least-once until the idempotent producer exists.
+holds. Every batch carries this producer's random id and a per-partition sequence, and a retry
+resends the same bytes, so a node that already wrote the batch (the reply was lost) answers
+with the first write's offsets instead of writing it twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -65,6 +67,7 @@ class Producer:
         request_timeout_ms: int = 30_000,
         metadata_timeout_ms: int = 5_000,
         partitioner: Partitioner | None = None,
+        idempotent: bool = True,
     ) -> None:
         if acks not in ACKS_BY_NAME:
             raise ValueError(f"acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
@@ -88,6 +91,8 @@ class Producer:
         self._space = asyncio.Event()
         self._requests: set[asyncio.Task[None]] = set()
         self._closed = False
+        # A random id is unique enough: 62 bits, one per Producer object.
+        self.producer_id = random.getrandbits(62) if idempotent else -1
 
     # lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,7 +102,9 @@ class Producer:
         self._cluster = await Cluster.connect(
             self.bootstrap, request_timeout=self.request_timeout + 5
         )
-        self._accumulator = RecordAccumulator(batch_bytes=self._batch_bytes, linger=self._linger)
+        self._accumulator = RecordAccumulator(
+            batch_bytes=self._batch_bytes, linger=self._linger, producer_id=self.producer_id
+        )
         self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
 
     async def close(self) -> None:
