@@ -19,6 +19,7 @@ import struct
 import sys
 from array import array
 from bisect import bisect_right
+from operator import le, lt
 
 OFFSET_ENTRY = struct.Struct("<IIqq")
 TIME_ENTRY = struct.Struct("<qII")
@@ -26,16 +27,20 @@ NO_TIMESTAMP = -(1 << 63) - 1  # below every int64 timestamp
 
 
 class OffsetIndex:
-    """In-memory columns of a segment's offset index (absolute offsets)."""
+    """In-memory columns of a segment's offset index (absolute offsets).
+
+    Columns are int64 arrays (8 bytes an entry, not a Python int object each): a broker keeps
+    the indexes of every segment of every partition in memory.
+    """
 
     __slots__ = ("base", "max_ts", "offsets", "positions", "terms")
 
     def __init__(self, base: int) -> None:
         self.base = base
-        self.offsets: list[int] = []
-        self.positions: list[int] = []
-        self.terms: list[int] = []
-        self.max_ts: list[int] = []
+        self.offsets = array("q")
+        self.positions = array("q")
+        self.terms = array("q")
+        self.max_ts = array("q")
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -106,21 +111,27 @@ class OffsetIndex:
         if sys.byteorder != "little":  # pragma: no cover - the file format is little-endian
             words.byteswap()
             longs.byteswap()
-        rel = words[0::6].tolist()
-        pos = words[1::6].tolist()
-        maxes = longs[2::3].tolist()
+        rel = words[0::6]
+        pos = words[1::6]
+        maxes = longs[2::3]
         if rel[0] != 0 or pos[0] != 0 or pos[-1] >= data_size:
             return None
-        if rel != sorted(rel) or pos != sorted(pos) or maxes != sorted(maxes):
-            return None
-        if len(set(rel)) != len(rel) or len(set(pos)) != len(pos):
+        if not (_increasing(rel) and _increasing(pos) and _non_decreasing(maxes)):
             return None
         index = cls(base)
-        index.offsets = list(map(base.__add__, rel))
-        index.positions = pos
-        index.terms = longs[1::3].tolist()
+        index.offsets = array("q", map(base.__add__, rel))
+        index.positions = array("q", pos)
+        index.terms = longs[1::3]
         index.max_ts = maxes
         return index
+
+
+def _increasing(a: array) -> bool:  # type: ignore[type-arg]
+    return all(map(lt, a[:-1], a[1:]))
+
+
+def _non_decreasing(a: array) -> bool:  # type: ignore[type-arg]
+    return all(map(le, a[:-1], a[1:]))
 
 
 class TimeIndex:

@@ -133,6 +133,7 @@ class Segment:
         log.warning("rebuilding time index", file=str(self.time_path))
         self._derive_time_index(seal=True)
         _write_whole(self.time_path, self.tidx.to_bytes())
+        self.tidx = TimeIndex(self.base)
 
     def _rebuild_sealed(self, next_base: int, size: int) -> None:
         self.idx = OffsetIndex(self.base)
@@ -148,6 +149,7 @@ class Segment:
         self._derive_time_index(seal=True)
         _write_whole(self.index_path, self.idx.to_bytes())
         _write_whole(self.time_path, self.tidx.to_bytes())
+        self.tidx = TimeIndex(self.base)
 
     @classmethod
     def recover_active(cls, directory: Path, base: int, interval: int) -> Segment:
@@ -299,6 +301,7 @@ class Segment:
                 os.fdatasync(fh.fd)
                 fh.close()
         self.index_fh = self.time_fh = None
+        self.tidx = TimeIndex(self.base)  # only the active segment needs it in memory
         self.sealed = True
 
     # ------------------------------------------------------------------------------ reading
