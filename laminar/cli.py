@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+import uvloop
 
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
@@ -74,13 +75,9 @@ def fail(message: str) -> NoReturn:
 
 
 def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    """Run a client coroutine, turning expected failures into one-line errors.
-
-    The stock asyncio loop, not uvloop: a CLI command is a few requests, and uvloop's
-    transports fail laminar.transport's isinstance(asyncio.Transport) check (reported).
-    """
+    """Run a client coroutine on uvloop, turning expected failures into one-line errors."""
     try:
-        return asyncio.run(_call(coro_fn))
+        return uvloop.run(_call(coro_fn))
     except UserError as exc:
         fail(str(exc))
     except ConnectionError as exc:
@@ -291,7 +288,7 @@ def dev(
     if ports[-1][1] > 65535:
         fail("--base-port is too high for that many nodes")
     cluster = LocalCluster(data_dir, ports)
-    code = asyncio.run(_dev(cluster, topic, ready_timeout))
+    code = uvloop.run(_dev(cluster, topic, ready_timeout))
     raise typer.Exit(code)
 
 
