@@ -157,6 +157,7 @@ class MultiRaft:
             for message in ready.messages:
                 if message.after_persist:
                     replica.after_persist.append(message)
+                    self._dirty.add(replica)  # released by the next flush pass
                 else:
                     self._outbox[message.to].append((replica.group, message))
             if ready.committed_entries and replica.apply is not None:
