@@ -398,3 +398,21 @@ def test_close_is_idempotent_and_blocks_appends(tmp_path: Path) -> None:
         log.append(batch(1), term=1)
     assert os.listdir(tmp_path)
     _ = struct, socket
+
+
+def test_directory_is_locked_while_open(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path)
+    with pytest.raises(InvalidRequestError, match="already open"):
+        PartitionLog.open(tmp_path)
+    log.close()
+    with PartitionLog.open(tmp_path) as again:
+        assert again.end_offset == 0
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        LogConfig(segment_bytes=10)
+    with pytest.raises(ValueError):
+        LogConfig(max_batch_bytes=1)
+    with pytest.raises(ValueError):
+        LogConfig(index_interval_bytes=0)

@@ -9,6 +9,7 @@ before it started.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import re
@@ -43,6 +44,7 @@ log = structlog.get_logger(__name__)
 MiB = 1 << 20
 _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _NO_LIMIT = 1 << 63
+LOCK_NAME = ".lock"
 _LENGTH_CRC = struct.Struct("<iI")
 
 
@@ -88,6 +90,7 @@ class PartitionLog:
         self._dirty: dict[int, FileHandle] = {}
         self._dir_dirty = False
         self._closed = False
+        self._lock_fd = -1
 
     # ------------------------------------------------------------------------------- opening
 
@@ -96,8 +99,28 @@ class PartitionLog:
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, config or LogConfig())
-        plog._recover()
+        plog._lock_directory()
+        try:
+            plog._recover()
+        except BaseException:
+            plog._unlock_directory()
+            raise
         return plog
+
+    def _lock_directory(self) -> None:
+        """One PartitionLog per directory, across processes too (released on close or death)."""
+        fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise InvalidRequestError(f"{self._dir} is already open by another log") from None
+        self._lock_fd = fd
+
+    def _unlock_directory(self) -> None:
+        fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def _recover(self) -> None:
         directory = self._dir
@@ -518,6 +541,7 @@ class PartitionLog:
             for seg in self._segments:
                 seg.close()
             self._dirty.clear()
+            self._unlock_directory()
 
     def __enter__(self) -> PartitionLog:
         return self
