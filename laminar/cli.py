@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 import time
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TypeVar
 
+import structlog
 import typer
 import uvloop
 
@@ -63,6 +65,18 @@ Bootstrap = Annotated[
         help="Client addresses host:port[,host:port...] of any cluster nodes.",
     ),
 ]
+
+
+@app.callback()
+def _quiet_library_logs() -> None:
+    """Client-library logs stay out of command output (errors only, on stderr).
+
+    `laminar node start` sets up the node's own logging instead.
+    """
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+    )
 
 
 class UserError(Exception):

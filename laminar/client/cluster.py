@@ -125,11 +125,11 @@ class Cluster:
         """Start a metadata refresh in the background, or join the one running.
 
         For callers that must not wait (the producer's sender, the consumer's fetch loop); a
-        failure is logged here and surfaces to whoever awaits the future.
+        failure surfaces to whoever awaits the future.
         """
         if self._refresh is None or self._refresh.done():
             self._refresh = asyncio.ensure_future(self._fetch_metadata())
-            self._refresh.add_done_callback(_log_refresh_failure)
+            self._refresh.add_done_callback(_retrieve_failure)
         return self._refresh
 
     async def _fetch_metadata(self) -> ClusterMetadata:
@@ -220,6 +220,7 @@ class Cluster:
         self._connections.clear()
 
 
-def _log_refresh_failure(future: asyncio.Future[ClusterMetadata]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        log.debug("metadata refresh failed", error=str(future.exception()))
+def _retrieve_failure(future: asyncio.Future[ClusterMetadata]) -> None:
+    """Background refreshes may fail unobserved; the next request reports what is wrong."""
+    if not future.cancelled():
+        future.exception()
