@@ -473,9 +473,9 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     typer.echo(f"  replication factor: {description.replication_factor}")
     typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
     if description.retention_bytes:
-        typer.echo(f"  retention bytes:    {description.retention_bytes}")
+        typer.echo(f"  retention bytes:    {format_size(description.retention_bytes)}")
     if description.segment_bytes:
-        typer.echo(f"  segment bytes:      {description.segment_bytes}")
+        typer.echo(f"  segment bytes:      {format_size(description.segment_bytes)}")
     if description.segment_ms:
         typer.echo(f"  segment age:        {format_duration(description.segment_ms)}")
     rows = [["PARTITION", "LEADER", "REPLICAS", "START", "END"]]
@@ -510,6 +510,13 @@ def format_duration(ms: int) -> str:
         if ms >= size and ms % size == 0:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
+
+
+def format_size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale}{unit}"
+    return f"{size}B"
 
 
 def format_retention(ms: int | None) -> str:

@@ -13,6 +13,7 @@ from laminar.cli import (
     UserError,
     format_record,
     format_retention,
+    format_size,
     parse_duration_ms,
     parse_header,
     parse_retention,
@@ -62,6 +63,13 @@ def test_parse_durations_sizes_headers() -> None:
     assert format_retention(None) == "node default"
     assert format_retention(-1) == "forever"
     assert format_retention(604_800_000) == "7d"
+    assert [format_size(n) for n in (64 << 20, 1 << 30, 1536, 4096)] == [
+        "64MiB",
+        "1GiB",
+        "1536B",
+        "4KiB",
+    ]
+    assert parse_size(format_size(64 << 20)) == 64 << 20
 
 
 def test_record_formats_and_tables() -> None:
