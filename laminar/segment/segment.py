@@ -352,10 +352,18 @@ class Segment:
 
     def locate(self, offset: int) -> tuple[int, int, int, int]:
         """(position, base, last, length) of the batch containing ``offset`` (< end)."""
-        i = self.idx.floor(offset)
+        idx = self.idx
+        i = bisect_right(idx.offsets, offset) - 1
         if i < 0:
             raise CorruptLogError(f"{self.log_path}: offset {offset} is before the segment")
-        for found in self.walk_lean(self.idx.positions[i], self.size):
+        pos = idx.positions[i]
+        if idx.offsets[i] == offset and self.data is not None:  # sequential reads land here
+            head = os.pread(self.data.fd, _LEAN.size, pos)
+            if len(head) == _LEAN.size:
+                base, length, magic, lod = _LEAN.unpack_from(head)
+                if base == offset and magic == MAGIC and length >= HEADER_SIZE:
+                    return pos, base, base + lod, length
+        for found in self.walk_lean(pos, self.size):
             if found[1] > offset:
                 break
             if offset <= found[2]:
