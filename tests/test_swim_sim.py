@@ -13,7 +13,11 @@ import random
 import pytest
 
 from laminar.membership.swim import EventKind, MemberState, SwimConfig
-from tests.swim_sim import Simulation, seeds_from_env
+
+try:
+    from tests.swim_sim import Simulation, seeds_from_env
+except ModuleNotFoundError:  # tests/ is not a package: pytest put tests/ itself on sys.path
+    from swim_sim import Simulation, seeds_from_env  # type: ignore[no-redef]
 
 N = 50
 PERIOD = SwimConfig().protocol_period_ticks
