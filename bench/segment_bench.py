@@ -2,9 +2,10 @@
 
 Appends 16 KiB batches with a flush (fdatasync) every 1 MiB and reads them back in 1 MiB slices;
 in the same run writes and reads the same bytes with plain os.write + os.fdatasync / os.read.
-Rounds alternate raw and log so disk noise hits both; the best round of each is reported.
-The log runs append to one log, which then holds 1 GiB in 16 segments for the reopen timing.
-Reads come from the page cache (just written) for both sides.
+The machine is shared and noisy, so raw and log work is interleaved in 32 MiB chunks (both see
+the same disk and CPU conditions) and each figure is total bytes / total time of its side.
+Reads come from the page cache (just written) for both sides. The log then holds 1 GiB in 16
+segments (64 MiB, the default) and is reopened for the reopen timing (warm page cache).
 
 Last line of output: one JSON object.
 """
@@ -38,109 +39,140 @@ def make_batch() -> bytes:
     return batch
 
 
-def raw_write(path: Path, data: bytes, total: int) -> float:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    t0 = time.perf_counter()
-    since = 0
-    for _ in range(total // len(data)):
-        os.write(fd, data)
-        since += len(data)
-        if since >= FLUSH_EVERY:
-            os.fdatasync(fd)
-            since = 0
-    os.fdatasync(fd)
-    elapsed = time.perf_counter() - t0
-    os.close(fd)
-    return total / elapsed / MiB
+class Raw:
+    """Plain file I/O: os.write + os.fdatasync every 1 MiB, os.read of 1 MiB."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.wfd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.rfd = -1
+
+    def write(self, data: bytes, total: int) -> float:
+        t0 = time.perf_counter()
+        since = 0
+        for _ in range(total // len(data)):
+            os.write(self.wfd, data)
+            since += len(data)
+            if since >= FLUSH_EVERY:
+                os.fdatasync(self.wfd)
+                since = 0
+        os.fdatasync(self.wfd)
+        return time.perf_counter() - t0
+
+    def read(self, total: int) -> float:
+        if self.rfd < 0:
+            self.rfd = os.open(self.path, os.O_RDONLY)
+        t0 = time.perf_counter()
+        got = 0
+        while got < total:
+            chunk = os.read(self.rfd, MiB)
+            assert chunk
+            got += len(chunk)
+        return time.perf_counter() - t0
+
+    def rewind(self) -> None:
+        if self.rfd >= 0:
+            os.lseek(self.rfd, 0, os.SEEK_SET)
+
+    def close(self) -> None:
+        os.close(self.wfd)
+        if self.rfd >= 0:
+            os.close(self.rfd)
 
 
-def raw_read(path: Path, total: int) -> float:
-    fd = os.open(path, os.O_RDONLY)
-    t0 = time.perf_counter()
-    got = 0
-    while True:
-        chunk = os.read(fd, MiB)
-        if not chunk:
-            break
-        got += len(chunk)
-    elapsed = time.perf_counter() - t0
-    os.close(fd)
-    assert got == total
-    return total / elapsed / MiB
+class Log:
+    """The same work through PartitionLog.append/flush and read().tobytes()."""
 
+    def __init__(self, path: Path) -> None:
+        self.log = PartitionLog.open(path, LogConfig(max_batch_bytes=BATCH))
+        self.offset = 0
 
-def log_append(log: PartitionLog, data: bytes, total: int) -> float:
-    t0 = time.perf_counter()
-    since = 0
-    for _ in range(total // len(data)):
-        log.append(data, term=1)
-        since += len(data)
-        if since >= FLUSH_EVERY:
-            log.flush()
-            since = 0
-    log.flush()
-    return total / (time.perf_counter() - t0) / MiB
+    def write(self, data: bytes, total: int) -> float:
+        log = self.log
+        t0 = time.perf_counter()
+        since = 0
+        for _ in range(total // len(data)):
+            log.append(data, term=1)
+            since += len(data)
+            if since >= FLUSH_EVERY:
+                log.flush()
+                since = 0
+        log.flush()
+        return time.perf_counter() - t0
 
+    def read(self, total: int) -> float:
+        log = self.log
+        t0 = time.perf_counter()
+        got = 0
+        off = self.offset
+        while got < total:
+            s = log.read(off, MiB)
+            got += len(s.tobytes())
+            off = s.next_offset
+        self.offset = off
+        return time.perf_counter() - t0
 
-def log_read(log: PartitionLog, start: int, total: int) -> float:
-    t0 = time.perf_counter()
-    off = start
-    got = 0
-    while got < total:
-        s = log.read(off, MiB)
-        got += len(s.tobytes())
-        off = s.next_offset
-    elapsed = time.perf_counter() - t0
-    assert got == total
-    return total / elapsed / MiB
+    def rewind(self) -> None:
+        self.offset = self.log.start_offset
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="512 MiB per round (default 1 GiB)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="1 GiB of writes (default 2 GiB)")
+    parser.add_argument("--read-passes", type=int, default=3)
     args = parser.parse_args()
-    per_round = (512 if args.quick else 1024) * MiB
+    total = (1024 if args.quick else 2048) * MiB
+    chunk = 32 * MiB
     data = make_batch()
     root = Path(tempfile.mkdtemp(prefix="laminar-segbench-", dir="/tmp"))
     try:
-        appends, reads, raw_writes, raw_reads = [], [], [], []
-        log = PartitionLog.open(root / "log", LogConfig(max_batch_bytes=BATCH))
-        for r in range(args.rounds):
-            raw = root / f"raw-{r}"
-            raw_writes.append(raw_write(raw, data, per_round))
-            raw_reads.append(raw_read(raw, per_round))
-            raw.unlink()
-            start = log.end_offset
-            appends.append(log_append(log, data, per_round))
-            reads.append(log_read(log, start, per_round))
-            print(
-                f"round {r}: raw write {raw_writes[-1]:.0f} MiB/s, append {appends[-1]:.0f} "
-                f"MiB/s, raw read {raw_reads[-1]:.0f} MiB/s, log read {reads[-1]:.0f} MiB/s"
-            )
-        log_bytes = log.size_bytes
-        segments = log.segment_count
-        log.close()
+        raw = Raw(root / "raw")
+        log = Log(root / "log")
+        t_raw_w = t_log_w = 0.0
+        for i in range(total // chunk):
+            if i % 2:  # alternate who goes first
+                t_log_w += log.write(data, chunk)
+                t_raw_w += raw.write(data, chunk)
+            else:
+                t_raw_w += raw.write(data, chunk)
+                t_log_w += log.write(data, chunk)
+        t_raw_r = t_log_r = 0.0
+        for _ in range(args.read_passes):
+            raw.rewind()
+            log.rewind()
+            for i in range(total // chunk):
+                if i % 2:
+                    t_log_r += log.read(chunk)
+                    t_raw_r += raw.read(chunk)
+                else:
+                    t_raw_r += raw.read(chunk)
+                    t_log_r += log.read(chunk)
+        raw.close()
+        log_bytes = log.log.size_bytes
+        segments = log.log.segment_count
+        log.log.close()
         opens = []
-        for _ in range(3):
+        for _ in range(5):
             t0 = time.perf_counter()
             again = PartitionLog.open(root / "log", LogConfig(max_batch_bytes=BATCH))
             opens.append((time.perf_counter() - t0) * 1000)
             again.close()
+        read_bytes = total * args.read_passes
         result = {
             "bench": "segment",
             "batch_bytes": BATCH,
             "flush_every_bytes": FLUSH_EVERY,
-            "bytes_per_round": per_round,
-            "append_mb_s": round(max(appends), 1),
-            "raw_write_mb_s": round(max(raw_writes), 1),
-            "append_ratio": round(max(appends) / max(raw_writes), 3),
-            "read_mb_s": round(max(reads), 1),
-            "raw_read_mb_s": round(max(raw_reads), 1),
-            "read_ratio": round(max(reads) / max(raw_reads), 3),
+            "bytes_written": total,
+            "append_mb_s": round(total / t_log_w / MiB, 1),
+            "raw_write_mb_s": round(total / t_raw_w / MiB, 1),
+            "append_ratio": round(t_raw_w / t_log_w, 3),
+            "read_mb_s": round(read_bytes / t_log_r / MiB, 1),
+            "raw_read_mb_s": round(read_bytes / t_raw_r / MiB, 1),
+            "read_ratio": round(t_raw_r / t_log_r, 3),
             "reopen_ms": round(statistics.median(opens), 1),
             "reopen_log_bytes": log_bytes,
             "reopen_segments": segments,
+            "load_avg_1m": round(os.getloadavg()[0], 2),
         }
         print(json.dumps(result))
     finally:
