@@ -8,9 +8,11 @@ crashed members. With ``wire=True`` every datagram also goes through the real co
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from laminar.membership import codec
@@ -73,7 +75,7 @@ class Simulation:
     # -------------------------------------------------------------- membership of the sim
 
     def add(self, node_id: int, seeds: list[int] | None = None) -> Swim:
-        cfg = SwimConfig(**{**_fields(self.config), "seed": self.rng.getrandbits(64)})
+        cfg = dataclasses.replace(self.config, seed=self.rng.getrandbits(64))
         seed_addresses = [address_of(s) for s in seeds or []]
         swim = Swim(node_id, address_of(node_id), {"raft": f"raft-{node_id}"}, cfg, seed_addresses)
         self.nodes[node_id] = swim
@@ -106,7 +108,9 @@ class Simulation:
         for _ in range(ticks):
             self.step()
 
-    def run_until(self, predicate, max_ticks: int, every: int = 1) -> int | None:  # type: ignore[no-untyped-def]
+    def run_until(
+        self, predicate: Callable[[], bool], max_ticks: int, every: int = 1
+    ) -> int | None:
         """Run until ``predicate()`` holds (checked every ``every`` ticks); the tick or None."""
         for _ in range(0, max_ticks, every):
             self.run(every)
@@ -196,7 +200,3 @@ class Simulation:
         """The failing seed and the command that replays exactly this run."""
         test = nodeid.split("[")[0]
         return f"seed={self.seed}; replay: SWIM_SEED={self.seed} pytest '{test}'"
-
-
-def _fields(config: SwimConfig) -> dict[str, object]:
-    return {name: getattr(config, name) for name in config.__slots__}  # type: ignore[attr-defined]

@@ -21,9 +21,6 @@ MAX_META_ENTRIES = 64
 _TRAVERSAL_LIMIT_WORDS = MAX_DATAGRAM_BYTES // 8 + 64
 _NESTING_LIMIT = 16
 
-_STATES = (MemberState.ALIVE, MemberState.SUSPECT, MemberState.DEAD, MemberState.LEFT)
-_STATE_NAMES = {state: state.value for state in _STATES}
-
 
 def _schema() -> Any:
     return schemas.load("swim")
@@ -37,7 +34,7 @@ def _fill_updates(builder: Any, name: str, updates: tuple[Update, ...]) -> None:
         slot.nodeId = update.node_id
         slot.address = update.address
         slot.incarnation = update.incarnation
-        slot.state = _STATE_NAMES[update.state]
+        slot.state = update.state.value  # the capnp enumerant names are the values
         slot.fromId = update.from_id
         if update.meta:
             entries = slot.init("meta", len(update.meta))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from laminar.membership.broadcast import BroadcastQueue
 from laminar.membership.messages import (
@@ -103,7 +103,6 @@ class _Stats:
     probes_failed: int = 0
     refutations: int = 0
     ignored: int = 0
-    by_kind: dict[str, int] = field(default_factory=dict)
 
 
 class Swim:
@@ -599,8 +598,6 @@ class Swim:
 
     def _send(self, address: str, message: Message) -> None:
         self.stats.messages_sent += 1
-        kind = type(message).__name__
-        self.stats.by_kind[kind] = self.stats.by_kind.get(kind, 0) + 1
         self._outbox.append((address, message))
 
     # ----------------------------------------------------------------- full sync and join
