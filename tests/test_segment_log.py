@@ -14,6 +14,7 @@ import pytest
 from laminar.errors import (
     BatchTooLargeError,
     CorruptBatchError,
+    CorruptLogError,
     InvalidRequestError,
     OffsetOutOfRangeError,
 )
@@ -416,3 +417,37 @@ def test_config_is_validated() -> None:
         LogConfig(max_batch_bytes=1)
     with pytest.raises(ValueError):
         LogConfig(index_interval_bytes=0)
+
+
+def test_failed_fdatasync_poisons_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = PartitionLog.open(tmp_path)
+    log.append(batch(1), term=1)
+    log.flush()
+    log.append(batch(1), term=1)
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr("laminar.segment.log.os.fdatasync", broken)
+    with pytest.raises(CorruptLogError, match="fdatasync failed"):
+        log.flush()
+    monkeypatch.undo()
+    with pytest.raises(CorruptLogError):
+        log.flush()  # a retry must not report success
+    with pytest.raises(CorruptLogError):
+        log.append(batch(1), term=1)
+    assert log.durable_offset == 1
+    log.close()
+    with PartitionLog.open(tmp_path) as again:  # reopening recovers and verifies the tail
+        assert again.end_offset == 2 and again.verify() == 2
+
+
+def test_time_roll_after_reopen_uses_the_first_batch_timestamp(tmp_path: Path) -> None:
+    cfg = LogConfig(segment_ms=1000)
+    with PartitionLog.open(tmp_path, cfg) as log:
+        log.append(batch(1, ts=NOW), term=1, now_ms=NOW)
+    with PartitionLog.open(tmp_path, cfg) as log:
+        log.append(batch(1, ts=NOW), term=1, now_ms=NOW + 999)
+        assert log.segment_count == 1
+        log.append(batch(1, ts=NOW), term=1, now_ms=NOW + 1001)
+        assert log.segment_count == 2

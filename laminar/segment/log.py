@@ -91,6 +91,7 @@ class PartitionLog:
         self._dir_dirty = False
         self._closed = False
         self._lock_fd = -1
+        self._failed: CorruptLogError | None = None
 
     # ------------------------------------------------------------------------------- opening
 
@@ -295,18 +296,23 @@ class PartitionLog:
                 handles = list(self._dirty.values())
                 self._dirty.clear()
                 dir_dirty, self._dir_dirty = self._dir_dirty, False
+            if self._failed is not None:
+                raise self._failed
             try:
                 for handle in handles:
                     if handle.fd >= 0:
                         os.fdatasync(handle.fd)
                 if dir_dirty:
                     fsync_dir(self._dir)
-            except BaseException:
-                with self._lock:
-                    for handle in handles:
-                        self._dirty[id(handle)] = handle
-                    self._dir_dirty = self._dir_dirty or dir_dirty
-                raise
+            except OSError as exc:
+                # After a failed fdatasync the kernel may have dropped the dirty pages, and a
+                # retry can "succeed" without them: never trust this log again until reopened
+                # (recovery re-verifies the tail).
+                self._failed = CorruptLogError(
+                    f"{self._dir}: fdatasync failed ({exc}); reopen the log to recover"
+                )
+                log.error("fdatasync failed; log refuses writes", directory=str(self._dir))
+                raise self._failed from exc
             with self._lock:
                 if generation != self._generation:
                     return self._durable
@@ -530,12 +536,20 @@ class PartitionLog:
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError("the log is closed")
+        if self._failed is not None:
+            raise self._failed
 
     def close(self) -> None:
         """Flush and release every file."""
         if self._closed:
             return
-        self.flush()
+        try:
+            if self._failed is None:
+                self.flush()
+        finally:
+            self._close_files()
+
+    def _close_files(self) -> None:
         with self._flush_lock:
             self._closed = True
             for seg in self._segments:
