@@ -1,0 +1,270 @@
+"""Produce/consume throughput and ack latency of a real local cluster.
+
+Runs a 3-node cluster (topic of 3 partitions, RF 3, acks=all), then a 1-node cluster (RF 1),
+with a *lean* producer: pre-built batches of 100-byte records sent as pipelined produce
+requests, so the figure measures the nodes, not Python record encoding. It also measures the
+full `Producer` API for a few seconds (client-bound), consumes everything back as raw batches,
+and in the same run measures two baselines: raw loopback TCP throughput and the rate of
+fdatasync'd 1 MiB writes on this disk. The last line is one JSON object.
+
+    python bench/produce_bench.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from laminar.client import Admin, Consumer, Producer, TopicPartition
+from laminar.client.connection import Connection
+from laminar.client.localcluster import LocalCluster
+from laminar.protocol import read_error
+from laminar.segment.batch import build_batch
+
+RECORD = b"x" * 100
+TOPIC = "bench"
+
+
+def free_ports(count: int) -> list[tuple[int, int]]:
+    sockets = [socket.socket() for _ in range(count * 2)]
+    for sock in sockets:
+        sock.bind(("127.0.0.1", 0))
+    ports = [sock.getsockname()[1] for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
+
+
+async def lean_produce(
+    bootstrap: str, partitions: int, seconds: float, records_per_batch: int, in_flight: int
+) -> dict[str, float]:
+    """Pipelined produce requests of one pre-built batch each, per partition leader."""
+    batch = build_batch([(None, RECORD, (), int(time.time() * 1000))] * records_per_batch)
+    async with Admin(bootstrap) as admin:
+        description = await admin.describe_topic(TOPIC)
+    leaders = {p.partition: p.leader for p in description.partitions}
+    addresses = {n: a for n, a in _addresses(bootstrap).items()}
+    latencies: list[float] = []
+    acked = 0
+    deadline = time.perf_counter() + seconds
+
+    async def worker(partition: int) -> None:
+        nonlocal acked
+        connection = await Connection.open(addresses[leaders[partition]])
+
+        def fill(body: Any) -> None:
+            request = body.init("produce")
+            request.acks = -1
+            request.timeoutMs = 10_000
+            (ref,) = request.init("batches", 1)
+            ref.topic = TOPIC
+            ref.partition = partition
+            ref.payloadLength = len(batch)
+
+        async def one() -> None:
+            nonlocal acked
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                reply, _ = await connection.request(fill, [batch])
+                (result,) = reply.body.produce.results
+                error = read_error(result.error)
+                if error is not None:
+                    raise error
+                latencies.append(time.perf_counter() - started)
+                acked += records_per_batch
+
+        try:
+            await asyncio.gather(*(one() for _ in range(in_flight)))
+        finally:
+            connection.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker(p) for p in range(partitions)))
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "records_per_s": acked / elapsed,
+        "mb_s": acked * len(RECORD) / elapsed / 1e6,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
+        "records": acked,
+    }
+
+
+def _addresses(bootstrap: str) -> dict[int, str]:
+    return {i + 1: a for i, a in enumerate(bootstrap.split(","))}
+
+
+async def api_produce(bootstrap: str, seconds: float) -> float:
+    """The full Producer API (per-record Python encoding): records/s."""
+    sent = 0
+    async with Producer(bootstrap, acks="all", linger_ms=5, batch_bytes=256 * 1024) as producer:
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+        futures = []
+        while time.perf_counter() < deadline:
+            for _ in range(1000):
+                futures.append(await producer.send(TOPIC, RECORD))
+            sent += 1000
+            if len(futures) > 50_000:
+                await asyncio.gather(*futures)
+                futures.clear()
+        await asyncio.gather(*futures)
+        return sent / (time.perf_counter() - started)
+
+
+async def consume_all(bootstrap: str, partitions: int) -> tuple[float, int]:
+    """Read every partition from offset 0 to its high watermark as raw batches: MB/s."""
+    total = 0
+    async with Consumer(bootstrap) as consumer:
+        started = time.perf_counter()
+
+        async def one(partition: int) -> None:
+            nonlocal total
+            tp = TopicPartition(TOPIC, partition)
+            offset = 0
+            while True:
+                fetched = await consumer.fetch_batches(tp, offset, 4 << 20)
+                if offset >= fetched.high_watermark or not fetched.data:
+                    return
+                total += len(fetched.data)
+                from laminar.segment.batch import iter_batches
+
+                for _, header in iter_batches(fetched.data):
+                    offset = header.next_offset
+
+        await asyncio.gather(*(one(p) for p in range(partitions)))
+        elapsed = time.perf_counter() - started
+    return total / elapsed / 1e6, total
+
+
+async def loopback_baseline(megabytes: int) -> float:
+    """Raw uvloop TCP throughput over loopback (MB/s), the network ceiling."""
+    received = 0
+    done = asyncio.Event()
+    target = megabytes * (1 << 20)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal received
+        while received < target:
+            chunk = await reader.read(1 << 20)
+            if not chunk:
+                break
+            received += len(chunk)
+        done.set()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
+    block = b"y" * (1 << 20)
+    started = time.perf_counter()
+    for _ in range(megabytes):
+        writer.write(block)
+        await writer.drain()
+    await done.wait()
+    elapsed = time.perf_counter() - started
+    writer.close()
+    server.close()
+    return target / elapsed / 1e6
+
+
+def fsync_baseline(directory: Path, megabytes: int) -> float:
+    """Sequential 1 MiB writes each followed by fdatasync (MB/s), the disk ceiling."""
+    path = directory / "raw.bin"
+    block = b"z" * (1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    started = time.perf_counter()
+    for _ in range(megabytes):
+        os.write(fd, block)
+        os.fdatasync(fd)
+    elapsed = time.perf_counter() - started
+    os.close(fd)
+    path.unlink()
+    return megabytes * 1.048576 / elapsed
+
+
+async def run_cluster(
+    root: Path, nodes: int, rf: int, seconds: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    cluster = LocalCluster(root, free_ports(nodes), log_level="warning")
+    cluster.start()
+    try:
+        await cluster.wait_ready(60)
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topic(TOPIC, partitions=3, replication_factor=rf)
+            for _ in range(100):
+                parts = (await admin.describe_topic(TOPIC)).partitions
+                if all(p.leader for p in parts):
+                    break
+                await asyncio.sleep(0.1)
+        lean = await lean_produce(
+            cluster.bootstrap, 3, seconds, args.records_per_batch, args.in_flight
+        )
+        result: dict[str, Any] = {"lean": lean}
+        if rf == 3:
+            result["api_records_per_s"] = await api_produce(cluster.bootstrap, args.api_seconds)
+            result["consume_mb_s"], result["consumed_bytes"] = await consume_all(
+                cluster.bootstrap, 3
+            )
+        return result
+    finally:
+        cluster.stop()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="laminar-bench-") as tmp:
+        root = Path(tmp)
+        loopback = await loopback_baseline(512 if args.quick else 2048)
+        disk = fsync_baseline(root, 256 if args.quick else 1024)
+        r3 = await run_cluster(root / "r3", 3, 3, args.seconds, args)
+        r1 = await run_cluster(root / "r1", 1, 1, args.seconds, args)
+    return {
+        "r3_records_per_s": round(r3["lean"]["records_per_s"]),
+        "r3_mb_s": round(r3["lean"]["mb_s"], 1),
+        "r3_p50_ms": round(r3["lean"]["p50_ms"], 2),
+        "r3_p99_ms": round(r3["lean"]["p99_ms"], 2),
+        "r1_records_per_s": round(r1["lean"]["records_per_s"]),
+        "r1_mb_s": round(r1["lean"]["mb_s"], 1),
+        "r1_p50_ms": round(r1["lean"]["p50_ms"], 2),
+        "r1_p99_ms": round(r1["lean"]["p99_ms"], 2),
+        "api_producer_records_per_s": round(r3["api_records_per_s"]),
+        "consume_mb_s": round(r3["consume_mb_s"], 1),
+        "loopback_tcp_mb_s": round(loopback, 1),
+        "raw_fsync_write_mb_s": round(disk, 1),
+        "r3_vs_disk_ratio": round(r3["lean"]["mb_s"] / disk, 3),
+        "consume_vs_loopback_ratio": round(r3["consume_mb_s"] / loopback, 3),
+        "client": (
+            f"lean: pre-built {args.records_per_batch}-record batches, {args.in_flight} "
+            "requests in flight per partition, one uvloop process"
+        ),
+    }
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run (under 60 s)")
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--api-seconds", type=float, default=None)
+    parser.add_argument("--records-per-batch", type=int, default=1000)
+    parser.add_argument("--in-flight", type=int, default=4)
+    arguments = parser.parse_args()
+    if arguments.seconds is None:
+        arguments.seconds = 8.0 if arguments.quick else 15.0
+    if arguments.api_seconds is None:
+        arguments.api_seconds = 3.0 if arguments.quick else 8.0
+    figures = uvloop.run(main(arguments))
+    print(json.dumps(figures))
