@@ -1,0 +1,257 @@
+"""The laminar Spark source against a real 3-node laminar cluster and a local Spark session.
+
+One Spark session and one cluster serve the whole module (see tests/spark_session.py). Every
+test checks records by (partition, offset) against what the producer was acknowledged for:
+nothing lost, nothing duplicated, nothing outside the requested range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_fixture import ClusterHandle
+from tests.spark_session import (  # noqa: F401
+    _leader,
+    create_topic,
+    laminar_cluster_fixture,
+    offsets,
+    produce,
+    spark_fixture,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
+
+RETAINED = "spark-retained"
+
+
+def _records(prefix: str, count: int, partitions: int) -> list[tuple[int, bytes, bytes | None]]:
+    return [
+        (i % partitions, f"{prefix}-{i}".encode(), None if i % 3 else f"k{i}".encode())
+        for i in range(count)
+    ]
+
+
+def _acked(records, placed) -> dict[tuple[int, int], bytes]:
+    """(partition, offset) -> value, from the producer's acknowledgements."""
+    return {
+        (partition, offset): value
+        for (_, value, _), (partition, offset) in zip(records, placed, strict=True)
+    }
+
+
+def _reader(session, cluster: ClusterHandle, topic: str, **options: str):
+    reader = session.read if options.pop("batch", "") else session.readStream
+    reader = reader.format("laminar").option("bootstrap", cluster.bootstrap)
+    reader = reader.option("subscribe", topic)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+def _run_available_now(df, checkpoint: Path, *, sink: str, path: Path | None = None):
+    writer = df.writeStream.trigger(availableNow=True).option("checkpointLocation", str(checkpoint))
+    if sink == "memory":
+        assert path is None
+        writer = writer.format("memory").queryName(checkpoint.name)
+    else:
+        writer = writer.format("parquet").option("path", str(path))
+    query = writer.start()
+    assert query.awaitTermination(180), "streaming query did not finish"
+    if query.exception() is not None:
+        raise AssertionError(f"query failed: {query.exception()}")
+    return query
+
+
+def _pairs(rows) -> list[tuple[int, int]]:
+    return [(row["partition"], row["offset"]) for row in rows]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def retained_topic(laminar_cluster: ClusterHandle) -> dict[tuple[int, int], bytes]:
+    """Created first: the nodes check retention once a minute, so start its clock early.
+
+    Small segments and a 1 s retention: every sealed segment expires at the next check.
+    """
+    create_topic(laminar_cluster.bootstrap, RETAINED, 1, segment_bytes=2048, retention_ms=1000)
+    acked: dict[tuple[int, int], bytes] = {}
+    for round_ in range(12):
+        records = _records(f"r{round_}", 15, 1)
+        acked.update(_acked(records, produce(laminar_cluster.bootstrap, RETAINED, records)))
+    return acked
+
+
+def test_batch_read_of_exact_offset_ranges(spark, laminar_cluster: ClusterHandle) -> None:
+    topic = "spark-batch"
+    create_topic(laminar_cluster.bootstrap, topic, 3)
+    records = _records("b", 300, 3)
+    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    by_partition = {p: sorted(o for q, o in acked if q == p) for p in range(3)}
+    start = {0: by_partition[0][10], 1: -2, 2: by_partition[2][95]}
+    end = {0: by_partition[0][20], 1: by_partition[1][5], 2: -1}
+    df = _reader(
+        spark,
+        laminar_cluster,
+        topic,
+        batch="yes",
+        startingOffsets=json.dumps({topic: {"0": start[0], "1": -2, "2": start[2]}}),
+        endingOffsets=json.dumps({topic: {"0": end[0], "1": end[1], "2": -1}}),
+        includeHeaders="true",
+    )
+    assert df.columns == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers",
+    ]
+    rows = df.collect()
+    expected = (
+        {(0, o) for o in by_partition[0][10:20]}
+        | {(1, o) for o in by_partition[1][:5]}
+        | {(2, o) for o in by_partition[2][95:]}
+    )
+    assert Counter(_pairs(rows)) == Counter(expected)
+    for row in rows:
+        value = acked[(row["partition"], row["offset"])]
+        assert row["value"] == value
+        assert row["topic"] == topic
+        assert [(h["key"], h["value"]) for h in row["headers"]] == [("n", value)]
+        number = int(value.split(b"-")[1])
+        assert row["key"] == (None if number % 3 else f"k{number}".encode())
+    everything = _reader(spark, laminar_cluster, topic, batch="yes").collect()
+    assert Counter(_pairs(everything)) == Counter(list(acked))
+
+
+def test_available_now_with_max_offsets_per_trigger_caps_every_batch(
+    spark,
+    laminar_cluster: ClusterHandle,
+    tmp_path: Path,
+) -> None:
+    topic = "spark-capped"
+    create_topic(laminar_cluster.bootstrap, topic, 2)
+    records = _records("c", 1000, 2)
+    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    df = _reader(
+        spark, laminar_cluster, topic, startingOffsets="earliest", maxOffsetsPerTrigger="150"
+    )
+    query = _run_available_now(df, tmp_path / "capped", sink="memory")
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(sizes) >= 7, sizes
+    assert max(sizes) <= 150, sizes
+    assert sum(sizes) == 1000
+    rows = spark.sql("select partition, offset, value from capped").collect()
+    assert Counter(_pairs(rows)) == Counter(list(acked))
+    assert all(acked[(r["partition"], r["offset"])] == r["value"] for r in rows)
+
+
+def test_restart_from_checkpoint_reads_every_record_exactly_once(
+    spark,
+    laminar_cluster: ClusterHandle,
+    tmp_path: Path,
+) -> None:
+    topic = "spark-restart"
+    create_topic(laminar_cluster.bootstrap, topic, 3)
+    first = _records("first", 300, 3)
+    acked = _acked(first, produce(laminar_cluster.bootstrap, topic, first))
+    checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
+    df = _reader(spark, laminar_cluster, topic, startingOffsets="earliest")
+    _run_available_now(df, checkpoint, sink="parquet", path=output)
+    assert spark.read.parquet(str(output)).count() == 300
+    second = _records("second", 300, 3)
+    acked.update(_acked(second, produce(laminar_cluster.bootstrap, topic, second)))
+    # Restarted with the same checkpoint; startingOffsets no longer applies (checkpoint wins).
+    again = _reader(spark, laminar_cluster, topic, startingOffsets="earliest")
+    _run_available_now(again, checkpoint, sink="parquet", path=output)
+    _run_available_now(again, checkpoint, sink="parquet", path=output)  # nothing new: no rows
+    rows = spark.read.parquet(str(output)).collect()
+    assert Counter(_pairs(rows)) == Counter(list(acked)), "lost or duplicated records"
+    assert all(acked[(r["partition"], r["offset"])] == r["value"] for r in rows)
+
+
+def _wait_for_retention(cluster: ClusterHandle, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        earliest = offsets(cluster.bootstrap, RETAINED, 1, -2)[0]
+        if earliest > 0:
+            return earliest
+        time.sleep(1)
+    pytest.fail(f"retention deleted nothing of {RETAINED} within {timeout} s")
+
+
+def test_retention_of_unread_offsets_fails_or_skips_per_fail_on_data_loss(
+    spark,
+    laminar_cluster: ClusterHandle,
+    retained_topic: dict[tuple[int, int], bytes],
+    tmp_path: Path,
+) -> None:
+    earliest = _wait_for_retention(laminar_cluster, 75)
+    latest = offsets(laminar_cluster.bootstrap, RETAINED, 1, -1)[0]
+    from_zero = json.dumps({RETAINED: {"0": 0}})
+    failing = _reader(spark, laminar_cluster, RETAINED, startingOffsets=from_zero)
+    with pytest.raises(Exception) as info:
+        _run_available_now(failing, tmp_path / "fails", sink="memory")
+    message = str(info.value)
+    assert f"data loss in topic '{RETAINED}' partition 0" in message, message
+    missing = re.search(r"offsets \[0, (\d+)\) were deleted", message)
+    assert missing is not None and int(missing.group(1)) >= earliest, message
+    skipping = _reader(
+        spark, laminar_cluster, RETAINED, startingOffsets=from_zero, failOnDataLoss="false"
+    )
+    _run_available_now(skipping, tmp_path / "skips", sink="memory")
+    rows = spark.sql("select partition, offset, value from skips").collect()
+    now_earliest = offsets(laminar_cluster.bootstrap, RETAINED, 1, -2)[0]
+    kept = {k for k in retained_topic if now_earliest <= k[1] < latest}
+    got = Counter(_pairs(rows))
+    assert max(got.values()) == 1
+    assert kept <= set(got) <= set(retained_topic)
+    assert min(offset for _, offset in got) >= earliest
+
+
+def test_query_survives_a_partition_leader_being_killed(
+    spark,
+    laminar_cluster: ClusterHandle,
+    tmp_path: Path,
+) -> None:
+    topic = "spark-failover"
+    create_topic(laminar_cluster.bootstrap, topic, 2)
+    records = _records("f", 1500, 2)
+    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    df = _reader(
+        spark, laminar_cluster, topic, startingOffsets="earliest", maxOffsetsPerTrigger="100"
+    )
+    query = (
+        df.writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "failover"))
+        .format("memory")
+        .queryName("failover")
+        .start()
+    )
+    victim = asyncio.run(_leader(laminar_cluster.bootstrap, topic, 0))
+    try:
+        deadline = time.monotonic() + 60
+        while len([p for p in query.recentProgress if p["numInputRows"]]) < 2:
+            assert query.isActive or query.exception() is None, query.exception()
+            assert time.monotonic() < deadline, "query made no progress"
+            time.sleep(0.1)
+        laminar_cluster.kill(victim)
+        assert query.awaitTermination(180), "query did not finish after the leader died"
+        assert query.exception() is None, query.exception()
+        rows = spark.sql("select partition, offset, value from failover").collect()
+        assert Counter(_pairs(rows)) == Counter(list(acked)), "lost or duplicated records"
+        assert all(acked[(r["partition"], r["offset"])] == r["value"] for r in rows)
+        sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+        assert max(sizes) <= 100 and len(sizes) >= 15
+    finally:
+        if query.isActive:
+            query.stop()
+        laminar_cluster.restart(victim)
