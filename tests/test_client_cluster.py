@@ -60,7 +60,13 @@ async def test_admin_calls(cluster: ClusterHandle) -> None:
         assert all(m.state == "alive" for m in status.members)
         assert status.metadata_leader in (1, 2, 3)
         tps = [TopicPartition("admin-t", 0), TopicPartition("admin-t", 1)]
-        assert await admin.list_offsets(tps, -1) == {tps[0]: 0, tps[1]: 0}
+        async with Producer(cluster.bootstrap) as producer:
+            meta = await producer.send_and_wait("admin-t", b"x", partition=0, timestamp_ms=5000)
+        assert (await admin.list_offsets(tps, -2))[tps[0]] == 0
+        # The end is just past the record (a leader's Raft no-op may sit before it).
+        assert (await admin.list_offsets(tps, -1))[tps[0]] == meta.offset + 1
+        assert await admin.list_offsets(tps[:1], 4000) == {tps[0]: meta.offset}
+        assert await admin.list_offsets(tps[:1], 6000) == {tps[0]: -1}
         await admin.delete_topic("admin-t")
         assert "admin-t" not in await admin.list_topics()
         with pytest.raises(UnknownTopicError):
