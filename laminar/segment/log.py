@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import dataclass
 from itertools import groupby
 from operator import itemgetter
@@ -45,6 +46,7 @@ MiB = 1 << 20
 _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _NO_LIMIT = 1 << 63
 LOCK_NAME = ".lock"
+MAX_OPEN_SEALED = 8  # sealed segments per log that keep their data file open
 _LENGTH_CRC = struct.Struct("<iI")
 
 
@@ -92,6 +94,7 @@ class PartitionLog:
         self._closed = False
         self._lock_fd = -1
         self._failed: CorruptLogError | None = None
+        self._open_sealed: OrderedDict[int, Segment] = OrderedDict()
 
     # ------------------------------------------------------------------------------- opening
 
@@ -170,10 +173,11 @@ class PartitionLog:
             ]
             active = Segment.recover_active(directory, ordered[-1], interval)
             segments.append(active)
-            os.fdatasync(active.data.fd)  # type: ignore[union-attr]
+            os.fdatasync(active.data.fd)
             self._segments = segments
         self._bases = [s.base for s in self._segments]
         for seg in self._segments:
+            seg.on_open = self._sealed_opened
             idx = seg.idx
             for term, group in groupby(zip(idx.offsets, idx.terms, strict=True), itemgetter(1)):
                 if not self._term_values or term != self._term_values[-1]:
@@ -268,11 +272,13 @@ class PartitionLog:
     def _roll(self) -> Segment:
         old = self._segments[-1]
         old.seal()
+        self._sealed_opened(old)
         seg = Segment.create(self._dir, self._end, self.config.index_interval_bytes)
+        seg.on_open = self._sealed_opened
         self._segments.append(seg)
         self._bases.append(seg.base)
         with self._lock:
-            self._dirty.pop(id(old.data), None)
+            self._dirty.pop(id(old.open_handle), None)
             self._dir_dirty = True
         return seg
 
@@ -323,7 +329,19 @@ class PartitionLog:
     # ------------------------------------------------------------------------------- lookups
 
     def _segment_for(self, offset: int) -> Segment:
-        return self._segments[bisect_right(self._bases, offset) - 1]
+        seg = self._segments[bisect_right(self._bases, offset) - 1]
+        if seg.sealed and seg.base in self._open_sealed:
+            self._open_sealed.move_to_end(seg.base)
+        return seg
+
+    def _sealed_opened(self, seg: Segment) -> None:
+        """Keep at most MAX_OPEN_SEALED sealed data files open, least recently used go."""
+        lru = self._open_sealed
+        lru[seg.base] = seg
+        lru.move_to_end(seg.base)
+        while len(lru) > MAX_OPEN_SEALED:
+            _, old = lru.popitem(last=False)
+            old.release()
 
     def _check_range(self, offset: int, *, inclusive_end: bool) -> None:
         end = self._end
@@ -353,12 +371,10 @@ class PartitionLog:
         if first[2] >= limit:
             return self._empty_slice(offset)
         length, nxt = seg.extent(first, max_bytes, limit, _NO_LIMIT)
-        assert seg.data is not None
         return LogSlice(seg.data, seg.log_path, first[0], length, first[1], nxt)
 
     def _empty_slice(self, offset: int) -> LogSlice:
         seg = self._segments[-1]
-        assert seg.data is not None
         return LogSlice(seg.data, seg.log_path, seg.size, 0, offset, offset)
 
     def batches(self, start: int, end: int, max_bytes: int) -> list[memoryview]:
@@ -374,7 +390,6 @@ class PartitionLog:
             pos = first[0]
             if out and first[3] > remaining:
                 break
-            assert seg.data is not None
             length, nxt = seg.extent(first, remaining, _NO_LIMIT, end)
             data = memoryview(pread_exact(seg.data.fd, length, pos, seg.log_path))
             at = 0
@@ -436,7 +451,9 @@ class PartitionLog:
         if base != offset:
             raise InvalidRequestError(f"cannot truncate to {offset}: inside batch [{base}, {last}]")
         removed = self._segments[i + 1 :]
+        removed_handles = [id(s.open_handle) for s in removed]
         for s in reversed(removed):
+            self._open_sealed.pop(s.base, None)
             s.delete()
         if removed:
             fsync_dir(self._dir)
@@ -448,9 +465,9 @@ class PartitionLog:
             self._end = offset
             self._durable = offset
             self._generation += 1
-            for s in removed:
-                self._dirty.pop(id(s.data), None)
-            self._dirty.pop(id(seg.data), None)
+            for key in removed_handles:
+                self._dirty.pop(key, None)
+            self._dirty.pop(id(seg.open_handle), None)
         log.info("truncated log", directory=str(self._dir), offset=offset)
 
     def reset(self, start_offset: int, prev_term: int) -> None:
@@ -467,6 +484,8 @@ class PartitionLog:
         if not marker_first:
             write_start(self._dir, start_offset, prev_term)
         seg = Segment.create(self._dir, start_offset, self.config.index_interval_bytes)
+        seg.on_open = self._sealed_opened
+        self._open_sealed.clear()
         fsync_dir(self._dir)
         self._segments = [seg]
         self._bases = [start_offset]
@@ -503,6 +522,7 @@ class PartitionLog:
         first_term = self.term_at(new_start) if new_start < self._end else None
         write_start(self._dir, new_start, prev_term)
         for seg in self._segments[:count]:
+            self._open_sealed.pop(seg.base, None)
             seg.delete()
         del self._segments[:count], self._bases[:count]
         k = bisect_right(self._term_offsets, new_start)
@@ -554,6 +574,7 @@ class PartitionLog:
             self._closed = True
             for seg in self._segments:
                 seg.close()
+            self._open_sealed.clear()
             self._dirty.clear()
             self._unlock_directory()
 

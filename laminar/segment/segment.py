@@ -42,7 +42,9 @@ class Segment:
         self.index_path = directory / f"{name}.index"
         self.time_path = directory / f"{name}.timeindex"
         self.interval = interval
-        self.data: FileHandle | None = None
+        self._data: FileHandle | None = None
+        self.on_open: Callable[[Segment], None] | None = None  # the log's open-file budget
+        self.closed = False
         self.index_fh: FileHandle | None = None
         self.time_fh: FileHandle | None = None
         self.idx = OffsetIndex(base)
@@ -72,6 +74,32 @@ class Segment:
         seg._open_index_files()
         return seg
 
+    @property
+    def data(self) -> FileHandle:
+        """The data file, opened on first use: sealed segments hold no descriptor until read."""
+        handle = self._data
+        if handle is None:
+            if self.closed:
+                raise ValueError(f"{self.log_path}: the log is closed")
+            handle = self._data = open_append(self.log_path, create=False)
+            if self.on_open is not None:
+                self.on_open(self)
+        return handle
+
+    @data.setter
+    def data(self, handle: FileHandle) -> None:
+        self._data = handle
+
+    @property
+    def open_handle(self) -> FileHandle | None:
+        """The data file's handle if it is open (never opens it)."""
+        return self._data
+
+    def release(self) -> None:
+        """Drop a sealed segment's descriptor (it closes once slices and flushes let go)."""
+        if self.sealed:
+            self._data = None
+
     def _open_index_files(self) -> None:
         if self.index_fh is None:
             self.index_fh = open_append(self.index_path)
@@ -92,9 +120,11 @@ class Segment:
             seg.idx = idx
             seg.size, seg.end, seg.last_term = size, next_base, idx.terms[-1]
             seg._check_time_index()
+            seg.release()
             return seg
         log.warning("rebuilding offset index", file=str(seg.index_path))
         seg._rebuild_sealed(next_base, size)
+        seg.release()
         return seg
 
     def _check_tail(self, idx: OffsetIndex, next_base: int, size: int) -> bool:
@@ -204,7 +234,6 @@ class Segment:
         return seg
 
     def _entry_matches(self, idx: OffsetIndex, size: int) -> bool:
-        assert self.data is not None
         pos = idx.positions[-1]
         try:
             h = read_header(os.pread(self.data.fd, HEADER_SIZE, pos))
@@ -240,7 +269,6 @@ class Segment:
         self, prefix: bytes, body: memoryview, h: BatchHeader, base: int, last: int, term: int
     ) -> None:
         """Write prefix+body (one batch) at the end; on a failed write the file is cut back."""
-        assert self.data is not None
         pos = self.size
         length = h.batch_length
         try:
@@ -289,7 +317,6 @@ class Segment:
 
     def seal(self) -> None:
         """Make the segment immutable and durable (data and both indexes)."""
-        assert self.data is not None
         self.write_pending()
         if self.max_ts > self.tidx.last_timestamp:
             entry = self.tidx.add(self.max_ts, self.max_off, self.max_pos)
@@ -308,7 +335,6 @@ class Segment:
 
     def walk(self, pos: int, limit: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the batches starting in [pos, limit), read in chunks (no crc check)."""
-        assert self.data is not None
         fd = self.data.fd
         chunk = 2 * self.interval + HEADER_SIZE  # about the distance between index entries
         buf = b""
@@ -328,7 +354,6 @@ class Segment:
     def walk_lean(self, pos: int, limit: int) -> Iterator[tuple[int, int, int, int]]:
         """(position, base offset, last offset, length) of the batches starting in
         [pos, limit): the hot-path walker behind locate and extent."""
-        assert self.data is not None
         fd = self.data.fd
         chunk = 2 * self.interval + HEADER_SIZE
         unpack = _LEAN.unpack_from
@@ -357,7 +382,7 @@ class Segment:
         if i < 0:
             raise CorruptLogError(f"{self.log_path}: offset {offset} is before the segment")
         pos = idx.positions[i]
-        if idx.offsets[i] == offset and self.data is not None:  # sequential reads land here
+        if idx.offsets[i] == offset:  # sequential reads land here
             head = os.pread(self.data.fd, _LEAN.size, pos)
             if len(head) == _LEAN.size:
                 base, length, magic, lod = _LEAN.unpack_from(head)
@@ -406,7 +431,6 @@ class Segment:
 
         Returns (position reached, None) or (position of the first bad batch, reason).
         """
-        assert self.data is not None
         fd = self.data.fd
         buf = b""
         buf_pos = pos
@@ -442,7 +466,6 @@ class Segment:
 
     def truncate_to(self, pos: int) -> None:
         """Cut the segment at batch boundary ``pos`` and make the cut durable; unseals it."""
-        assert self.data is not None
         self.write_pending()
         os.ftruncate(self.data.fd, pos)
         if pos == 0:
@@ -478,15 +501,19 @@ class Segment:
     def delete(self) -> None:
         """Unlink the files; descriptors close when their last user (slice, flush) lets go."""
         self.index_fh = self.time_fh = None
+        self._data = None
+        self.closed = True
         for path in (self.log_path, self.index_path, self.time_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
     def close(self) -> None:
         self.write_pending()
-        for fh in (self.data, self.index_fh, self.time_fh):
+        for fh in (self._data, self.index_fh, self.time_fh):
             if fh is not None:
                 fh.close()
+        self._data = None
+        self.closed = True
 
 
 def _read_or_empty(path: Path) -> bytes:
