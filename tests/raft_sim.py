@@ -151,7 +151,11 @@ class Sim:
 
     def deliver_due(self) -> None:
         net = self.net
+        budget = 20000
         while net and net[0][0] <= self.now:
+            budget -= 1
+            if budget < 0:
+                self.fail("message storm: the cluster never stops talking within one step")
             _, _, m = heapq.heappop(net)
             if (m.frm, m.to) in self.blocked:
                 continue

@@ -685,7 +685,11 @@ class RaftNode:
                 pr.become_probe()
             if m.commit > pr.commit:
                 pr.commit = m.commit
-            if pr.match < self.log.last_index() or pr.commit < self.commit:
+            if pr.match < self.log.last_index():
+                # An empty append at next-1 exposes an append lost in flight (the follower
+                # rejects it and we fall back to probing).
+                self._send_append(m.frm, pr, True)
+            elif pr.commit < self.commit:
                 self._dirty.add(m.frm)
             if len(m.context) == 8 and self._reads:
                 self._ack_read(m.frm, int.from_bytes(m.context, "big"))
