@@ -48,7 +48,9 @@ class ProducerBatch:
         "tp",
     )
 
-    def __init__(self, tp: TopicPartition, created: float, sequence: int) -> None:
+    def __init__(
+        self, tp: TopicPartition, created: float, sequence: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.tp = tp
         self.created = created
         self.sequence = sequence
@@ -58,7 +60,7 @@ class ProducerBatch:
         self.attempts = 0
         self.retry_at = 0.0
         self.data: bytes | None = None
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
 
     def build(self, producer_id: int = -1, base_sequence: int = -1) -> bytes:
         """The batch's bytes, built once so every retry sends exactly the same batch.
@@ -97,7 +99,15 @@ class ProducerBatch:
 class RecordAccumulator:
     """Per-partition queues of batches; decides which batches are ready to send."""
 
-    def __init__(self, *, batch_bytes: int, linger: float, producer_id: int = -1) -> None:
+    def __init__(
+        self,
+        *,
+        batch_bytes: int,
+        linger: float,
+        producer_id: int = -1,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self._loop = loop or asyncio.get_running_loop()
         self.batch_bytes = batch_bytes
         self.linger = linger
         self.producer_id = producer_id
@@ -117,13 +127,17 @@ class RecordAccumulator:
         value: bytes | None,
         headers: Headers,
         timestamp_ms: int,
-        now: float,
+        now: float | None = None,
     ) -> tuple[asyncio.Future[RecordMetadata], bool]:
         """Buffer one record; returns its future and whether the sender should look now.
 
         The sender must look when a batch is created (a new linger deadline) or becomes full.
+        ``now`` defaults to the loop's clock.
         """
-        size = record_size(key, value, headers)
+        if headers:
+            size = record_size(key, value, headers)
+        else:
+            size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
@@ -134,11 +148,12 @@ class RecordAccumulator:
             or batch.data is not None
             or (batch.records and batch.size + size > self.batch_bytes)
         ):
-            batch = ProducerBatch(tp, now, next(self._sequence))
+            created_at = self._loop.time() if now is None else now
+            batch = ProducerBatch(tp, created_at, next(self._sequence), self._loop)
             self._last_sequence = batch.sequence
             queue.append(batch)
             created = True
-        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         batch.records.append((key, value, headers, timestamp_ms))
         batch.futures.append(future)
         batch.size += size

@@ -23,6 +23,7 @@ import structlog
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
+from laminar.client.descriptions import TopicDescription
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.types import DEFAULT_BOOTSTRAP, Headers, RecordMetadata, TopicPartition
 from laminar.errors import LaminarError, NotLeaderError, UnknownPartitionError
@@ -103,7 +104,10 @@ class Producer:
             self.bootstrap, request_timeout=self.request_timeout + 5
         )
         self._accumulator = RecordAccumulator(
-            batch_bytes=self._batch_bytes, linger=self._linger, producer_id=self.producer_id
+            batch_bytes=self._batch_bytes,
+            linger=self._linger,
+            producer_id=self.producer_id,
+            loop=asyncio.get_running_loop(),
         )
         self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
 
@@ -147,15 +151,22 @@ class Producer:
         accumulator = self._accumulator
         if accumulator is None or self._closed:
             raise RuntimeError("producer is not started or already closed")
-        value = _as_bytes("value", value)
-        key = _as_bytes("key", key)
-        headers = _check_headers(headers)
+        # This is the per-record hot path: plain checks inline, no awaits unless needed.
+        if value is not None and type(value) is not bytes:
+            value = _as_bytes("value", value)
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes("key", key)
+        if headers:
+            _check_headers(headers)
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        count = await self._partition_count(topic)
+        description = self._topics.get(topic)
+        if description is None:
+            description = await self._load_topic(topic)
+        count = len(description.partitions)
         if partition is None:
             partition = self._partitioner(topic, key, count)
-        if not 0 <= partition < count:
+        elif not 0 <= partition < count:
             raise UnknownPartitionError(
                 f"topic {topic!r} has no partition {partition} (it has {count})"
             )
@@ -164,9 +175,9 @@ class Producer:
             await self._space.wait()
             if self._closed:
                 raise RuntimeError("producer closed while waiting for buffer space")
-        loop = asyncio.get_running_loop()
-        tp = TopicPartition(topic, partition)
-        future, look = accumulator.append(tp, key, value, headers, timestamp_ms, loop.time())
+        future, look = accumulator.append(
+            TopicPartition(topic, partition), key, value, headers, timestamp_ms
+        )
         if look:
             self._wakeup.set()
         return future
@@ -200,17 +211,17 @@ class Producer:
             await asyncio.gather(*waiting)
 
     async def partitions_for(self, topic: str) -> list[int]:
-        await self._partition_count(topic)
-        assert self._cluster is not None
-        return self._cluster.partitions_for(topic)
+        description = self._topics.get(topic) or await self._load_topic(topic)
+        return [p.partition for p in description.partitions]
 
-    async def _partition_count(self, topic: str) -> int:
-        cluster = self._cluster
-        assert cluster is not None
-        description = cluster.metadata.topics.get(topic)
-        if description is None:
-            description = await cluster.wait_for_topic(topic, self.metadata_timeout)
-        return len(description.partitions)
+    @property
+    def _topics(self) -> dict[str, TopicDescription]:
+        assert self._cluster is not None
+        return self._cluster.metadata.topics
+
+    async def _load_topic(self, topic: str) -> TopicDescription:
+        assert self._cluster is not None
+        return await self._cluster.wait_for_topic(topic, self.metadata_timeout)
 
     # the sender task ---------------------------------------------------------------------
     async def _run_sender(self) -> None:
