@@ -272,8 +272,10 @@ class Producer:
 
     def _batch_closed(self, batch: ProducerBatch) -> None:
         if self._default_partitioner is not None and not batch.attempts:
-            count = len(self._cluster.topic(batch.tp.topic).partitions) if self._cluster else 0
-            self._default_partitioner.batch_closed(batch.tp.topic, batch.tp.partition, count)
+            description = self._topics.get(batch.tp.topic)  # None once the topic is deleted
+            if description is not None:
+                count = len(description.partitions)
+                self._default_partitioner.batch_closed(batch.tp.topic, batch.tp.partition, count)
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
         cluster = self._cluster
@@ -335,10 +337,11 @@ class Producer:
         assert accumulator is not None and cluster is not None
         if is_retriable(error) and batch.attempts < self.retries:
             delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
-            if isinstance(error, NotLeaderError) and cluster.note_leader(
+            hinted = isinstance(error, NotLeaderError) and cluster.note_leader(
                 batch.tp, error.leader_id, error.leader_address
-            ):
-                delay = 0.0  # the node named the new leader: go there at once
+            )
+            if hinted and not batch.attempts:
+                delay = 0.0  # the node named the new leader: go there at once, once
             else:
                 self._refresh_metadata()
             log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts + 1, error=str(error))
