@@ -285,6 +285,9 @@ class Consumer:
             )
         except (ConnectionError, OSError, LaminarError) as exc:
             log.debug("fetch failed", node=node_id, error=str(exc))
+            if not is_retriable(exc):
+                self._error = exc  # e.g. the node rejected the request: report it
+                return
             if isinstance(exc, ConnectionError | OSError):
                 self.cluster.drop_node_connection(node_id)
             for tp in tps:
