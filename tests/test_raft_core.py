@@ -1,0 +1,464 @@
+"""Feature tests for the Raft core: elections, replication flow control, transfer, read index,
+quiescence, typed rejections and robustness against garbage messages."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from laminar.errors import InvalidRequestError, NotLeaderError
+from laminar.raft import (
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    MemoryStorage,
+    Message,
+    MessageType,
+    NotLeader,
+    ProgressState,
+    ProposalDropped,
+    RaftConfig,
+    RaftNode,
+    Role,
+)
+from tests.raft_harness import Net, log_of
+
+ET = 10
+
+
+def leader_net(n: int = 3, **cfg: object) -> Net:
+    net = Net(range(1, n + 1), election_tick=ET, **cfg)
+    net.elect(1)
+    assert net[1].role == Role.LEADER
+    return net
+
+
+# ---------------------------------------------------------------- elections
+
+
+def test_single_node_elects_itself_and_commits() -> None:
+    net = Net([1])
+    net.elect(1)
+    assert net[1].role == Role.LEADER
+    idx = net[1].propose(b"a")
+    net.deliver()
+    assert net[1].commit == idx[1]
+    assert [e.data for e in net.committed[1]] == [b"", b"a"]  # the election no-op first
+
+
+def test_randomized_timeout_elects_exactly_one_leader() -> None:
+    net = Net([1, 2, 3], election_tick=ET)
+    for _ in range(3 * ET):
+        net.tick_all()
+    leaders = [n for n in net.nodes.values() if n.role == Role.LEADER]
+    assert len(leaders) == 1
+    assert all(n.leader_id == leaders[0].id for n in net.nodes.values())
+
+
+def test_new_leader_appends_noop_of_its_term() -> None:
+    net = leader_net()
+    ents = net.storages[2].all_entries()
+    assert ents[-1].kind == EntryKind.NOOP and ents[-1].term == net[1].term
+    assert net[2].commit == ents[-1].index
+
+
+def test_prevote_keeps_partitioned_node_from_inflating_its_term() -> None:
+    net = leader_net()
+    term = net[1].term
+    net.isolate(3)
+    net.tick(3, 5 * ET)
+    assert net[3].term == term  # pre-votes failed; the real term never moved
+    net.heal()
+    net.tick_all(2)
+    assert net[1].role == Role.LEADER and net[1].term == term
+
+
+def test_without_prevote_a_rejoining_node_disrupts_the_term() -> None:
+    net = leader_net(pre_vote=False, check_quorum=False)
+    term = net[1].term
+    net.isolate(3)
+    net.tick(3, 3 * ET)
+    assert net[3].term > term
+    net.heal()
+    net.tick_all(1)
+    assert net[1].term > term  # contrast with the pre-vote test above
+
+
+def test_check_quorum_steps_down_an_isolated_leader() -> None:
+    net = leader_net()
+    net.isolate(1)
+    for _ in range(2 * ET + 1):
+        net.tick(1)
+    assert net[1].role == Role.FOLLOWER
+    with pytest.raises(NotLeader):
+        net[1].propose(b"x")
+
+
+def test_lease_ignores_higher_term_votes_while_leader_is_alive() -> None:
+    net = leader_net(pre_vote=False)
+    term = net[1].term
+    vote = Message(MessageType.VOTE, 2, 3, term + 5, log_term=term, index=net[1].last_index)
+    net[2].step(vote)
+    assert net[2].term == term
+    assert not [m for m in net.take() if m.type == MessageType.VOTE_RESP]
+
+
+def test_stale_leader_learns_newer_term_and_steps_down() -> None:
+    net = leader_net()
+    net.isolate(1)
+    net[2].report_node_down(1)
+    net[3].report_node_down(1)
+    net.tick_all(3 * ET)
+    new = [n for n in (2, 3) if net[n].role == Role.LEADER]
+    assert len(new) == 1
+    net.heal()
+    net.tick_all(2)
+    assert net[1].role == Role.FOLLOWER
+    assert net[1].leader_id == new[0]
+
+
+# ---------------------------------------------------------------- replication
+
+
+def test_proposals_between_readys_batch_into_one_append_per_follower() -> None:
+    net = leader_net()
+    for i in range(100):
+        net[1].propose(b"p%d" % i)
+    msgs = [m for m in net.take() if m.type == MessageType.APPEND]
+    assert len(msgs) == 2
+    assert all(len(m.entries) == 100 for m in msgs)
+    for m in msgs:
+        net[m.to].step(m)
+    acks = [m for m in net.take() if m.type == MessageType.APPEND_RESP]
+    assert len(acks) == 2
+
+
+def test_acks_coalesce_per_ready() -> None:
+    net = leader_net()
+    appends = []
+    for i in range(5):
+        net[1].propose(b"p%d" % i)
+        appends += [m for m in net.take() if m.type == MessageType.APPEND and m.to == 2]
+    assert len(appends) == 5
+    for m in appends:
+        net[2].step(m)
+    acks = [m for m in net.take() if m.type == MessageType.APPEND_RESP]
+    assert len(acks) == 1 and acks[0].index == net[1].last_index
+
+
+def test_propose_many_and_multi_record_entries_occupy_offset_ranges() -> None:
+    net = leader_net()
+    start = net[1].last_index + 1
+    spans = net[1].propose_many([(b"a", 3), (b"b", 1), (b"c", 5)])
+    assert spans == [(start, start + 2), (start + 3, start + 3), (start + 4, start + 8)]
+    net.deliver()
+    assert net[2].commit == start + 8
+    assert net.storages[3].term(start + 6) == net[1].term
+    assert [(e.index, e.last) for e in net.committed[3][-3:]] == spans
+
+
+def test_probe_then_replicate_and_inflight_window_caps_messages() -> None:
+    net = leader_net(max_inflight_msgs=2, max_msg_bytes=40)
+    pr = net[1].prs[2]
+    assert pr.state == ProgressState.REPLICATE
+    net.cut.add((2, 1))  # acks from 2 are lost: the window fills up
+    for i in range(10):
+        net[1].propose(b"p%d" % i)
+        net.deliver()
+    to2 = [m for m in net.sent if m.type == MessageType.APPEND and m.to == 2 and m.entries]
+    assert pr.inflights.full()
+    sent_after_full = len(to2)
+    net[1].propose(b"more")
+    net.deliver()
+    to2 = [m for m in net.sent if m.type == MessageType.APPEND and m.to == 2 and m.entries]
+    assert len(to2) == sent_after_full  # paused while the window is full
+    net.heal()
+    net.tick_all(3)
+    assert net[2].last_index == net[1].last_index
+
+
+def test_max_msg_bytes_splits_large_backlogs() -> None:
+    net = leader_net(max_msg_bytes=200)
+    net.isolate(3)
+    for i in range(20):
+        net[1].propose(b"x" * 50 + b"%d" % i)
+    net.deliver()
+    net.heal()
+    net.tick_all(3)
+    sizes = [len(m.entries) for m in net.sent if m.type == MessageType.APPEND and m.to == 3]
+    assert max(sizes) <= 3
+    assert net.entries(3) == net.entries(1)
+
+
+def test_follower_truncates_uncommitted_conflicting_tail() -> None:
+    net = Net(
+        [1, 2, 3],
+        storages={1: log_of([1, 2, 2]), 2: log_of([1, 3, 3, 3]), 3: log_of([1, 2, 2])},
+        hard_states={n: HardState(term=3, commit=0) for n in (1, 2, 3)},
+        election_tick=ET,
+    )
+    # 2 has the newest log and wins; 1 and 3 lose their term-2 tail.
+    net.elect(2)
+    assert net[2].role == Role.LEADER
+    assert [t for _, _, t in net.entries(1)] == [1, 3, 3, 3, 4]
+    assert net.entries(1) == net.entries(2) == net.entries(3)
+
+
+def test_max_uncommitted_bytes_drops_proposals_until_commit() -> None:
+    net = leader_net(max_uncommitted_bytes=100)
+    net.isolate(1)
+    net[1].propose(b"x" * 80)
+    with pytest.raises(ProposalDropped):
+        net[1].propose(b"y" * 80)
+    net.heal()
+    net.tick_all(2)
+    net[1].propose(b"y" * 80)  # committed backlog freed the budget
+
+
+def test_leader_log_compacted_follower_gets_reset_and_catches_up() -> None:
+    net = leader_net()
+    net.isolate(3)
+    for i in range(10):
+        net[1].propose(b"p%d" % i)
+    net.deliver()
+    compact_to = net[1].commit - 2
+    for n in (1, 2):
+        net.storages[n].compact(compact_to)
+    net.heal()
+    net.tick_all(3)
+    resets = [m for m in net.sent if m.type == MessageType.RESET and m.to == 3]
+    assert resets and resets[0].index == compact_to
+    assert net.storages[3].first_index() == compact_to + 1
+    assert net.entries(3) == net.entries(1)
+    assert net[3].commit == net[1].commit
+    assert net.confs[3].voters == (1, 2, 3)
+
+
+# ---------------------------------------------------------------- typed rejections
+
+
+def test_not_leader_carries_known_leader() -> None:
+    net = leader_net()
+    with pytest.raises(NotLeader) as exc:
+        net[2].propose(b"x")
+    assert isinstance(exc.value, NotLeaderError)
+    assert exc.value.leader_id == 1
+    with pytest.raises(NotLeader):
+        net[2].read_index(b"r")
+    with pytest.raises(NotLeader):
+        net[3].transfer_leader(2)
+
+
+def test_invalid_record_count_rejected() -> None:
+    net = leader_net()
+    with pytest.raises(InvalidRequestError):
+        net[1].propose(b"x", count=0)
+
+
+# ---------------------------------------------------------------- leader transfer
+
+
+def test_transfer_to_caught_up_follower() -> None:
+    net = leader_net()
+    net[1].propose(b"a")
+    net.deliver()
+    net[1].transfer_leader(3)
+    with pytest.raises(NotLeader) as exc:
+        net[1].propose(b"during")
+    assert exc.value.leader_id == 3
+    net.deliver()
+    assert net[3].role == Role.LEADER
+    assert net[1].role == Role.FOLLOWER and net[1].leader_id == 3
+    assert any(m.type == MessageType.TIMEOUT_NOW for m in net.sent)
+
+
+def test_transfer_waits_for_a_lagging_target() -> None:
+    net = leader_net()
+    net.isolate(3)
+    for i in range(5):
+        net[1].propose(b"p%d" % i)
+    net.deliver()
+    net[1].transfer_leader(3)
+    net.deliver()
+    assert not any(m.type == MessageType.TIMEOUT_NOW for m in net.sent)
+    net.heal()
+    net.tick_all(2)
+    assert net[3].role == Role.LEADER
+    assert net.entries(3)[: len(net.entries(1)) - 1] == net.entries(1)[:-1]
+
+
+def test_transfer_aborts_after_an_election_timeout() -> None:
+    net = leader_net()
+    net.isolate(3)
+    net[1].transfer_leader(3)
+    for _ in range(ET):
+        net.tick(1)
+        net.deliver()
+    assert net[1].role == Role.LEADER and net[1].transferee == 0
+    net[1].propose(b"again")
+
+
+# ---------------------------------------------------------------- read index
+
+
+def test_read_index_confirms_leadership_with_a_quorum() -> None:
+    net = leader_net()
+    net[1].propose(b"a")
+    net.deliver()
+    commit = net[1].commit
+    net[1].read_index(b"r1")
+    net.deliver()
+    assert net.reads[1] == [(b"r1", commit)]
+
+
+def test_read_index_of_isolated_leader_never_completes() -> None:
+    net = leader_net()
+    net.isolate(1)
+    net[1].read_index(b"r1")
+    net.tick(1, 3)
+    net.deliver()
+    assert net.reads[1] == []
+
+
+def test_read_index_waits_for_first_commit_of_the_term() -> None:
+    net = Net([1, 2, 3], election_tick=ET)
+    net.drop = lambda m: m.type == MessageType.APPEND
+    net.elect(1)
+    assert net[1].role == Role.LEADER and net[1].commit < net[1].last_index
+    net[1].read_index(b"early")
+    net.deliver()
+    net.tick_all(1)
+    assert net.reads[1] == []  # heartbeats alone can't serve it before the no-op commits
+    net.drop = None
+    net.tick_all(2)
+    assert net.reads[1] == [(b"early", net[1].last_index)]
+
+
+# ---------------------------------------------------------------- quiescence
+
+
+def test_idle_group_quiesces_and_a_proposal_wakes_it() -> None:
+    net = leader_net()
+    net.tick_all(2)
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    net[1].propose(b"wake")
+    assert not net[1].quiesced
+    net.deliver()
+    assert not net[2].quiesced and net[2].commit == net[1].commit
+
+
+def test_report_node_down_lets_quiesced_followers_elect_promptly() -> None:
+    net = leader_net()
+    net.tick_all(2)
+    assert net[2].quiesced and net[3].quiesced
+    net.isolate(1)
+    for n in (2, 3):
+        net[n].report_node_down(1)
+        assert not net[n].quiesced
+    for _ in range(2 * ET):
+        net.tick(2)
+        net.tick(3)
+        net.deliver()
+    assert net[2].role == Role.LEADER or net[3].role == Role.LEADER
+
+
+# ---------------------------------------------------------------- restart and persistence
+
+
+def test_restart_restores_hard_state_and_log() -> None:
+    net = leader_net()
+    for i in range(3):
+        net[1].propose(b"p%d" % i)
+    net.deliver()
+    hs = net.hard_states[2]
+    node = net.start(2)
+    assert (node.term, node.vote, node.commit) == (hs.term, hs.vote, hs.commit)
+    assert node.last_index == net[1].last_index
+    assert node.role == Role.FOLLOWER
+    # The application is redelivered everything after what it says it applied.
+    rd = node.ready()
+    assert [e.index for e in rd.committed_entries] == list(range(0, hs.commit + 1))
+
+
+def test_applied_config_skips_redelivery() -> None:
+    st = log_of([1, 1, 1])
+    cfg = RaftConfig(applied=1, seed=1)
+    node = RaftNode(1, st, ConfState((1, 2, 3)), HardState(1, 0, 2), cfg)
+    rd = node.ready()
+    assert [e.index for e in rd.committed_entries] == [2]
+
+
+def test_deliver_committed_false_moves_only_the_commit() -> None:
+    net = leader_net(deliver_committed=False)
+    net[1].propose(b"a")
+    net.deliver()
+    assert net.committed[2] == []
+    assert net.hard_states[2].commit == net[1].commit
+
+
+# ---------------------------------------------------------------- robustness
+
+
+def _garbage(rng: random.Random, to: int, term: int) -> Message:
+    t = rng.choice(list(MessageType))
+    n = rng.randint(0, 3)
+    start = rng.randint(-3, 12)
+    ents = []
+    for i in range(n):
+        k = rng.choice(list(EntryKind))
+        ents.append(
+            Entry(rng.randint(-1, term + 2), start + i, start + i + rng.randint(-1, 2), k, b"junk")
+        )
+    return Message(
+        t,
+        to,
+        rng.randint(1, 4),
+        rng.randint(0, term + 3),
+        log_term=rng.randint(-1, term + 3),
+        index=rng.randint(-5, 15),
+        entries=ents,
+        commit=rng.randint(-5, 15),
+        reject=rng.random() < 0.5,
+        reject_hint=rng.randint(-5, 15),
+        context=rng.choice((b"", b"transfer", b"\x00" * 8, b"v=1;l=", b"garbage")),
+    )
+
+
+@pytest.mark.parametrize("target", [1, 2])
+def test_garbage_messages_never_raise(target: int) -> None:
+    rng = random.Random(target)
+    net = leader_net()
+    for i in range(3):
+        net[1].propose(b"p%d" % i)
+    net.deliver()
+    node = net[target]
+    for _ in range(3000):
+        node.step(_garbage(rng, target, node.term))
+        net.process(target)
+        net.queue.clear()
+        assert node.commit <= node.last_index
+        assert net.storages[target].last_index() == node.last_index
+
+
+def test_messages_for_someone_else_are_ignored() -> None:
+    net = leader_net()
+    before = net[2].term
+    net[2].step(Message(MessageType.VOTE, 3, 1, before + 10))
+    net[2].step(Message(MessageType.APPEND, 2, 2, before + 10))
+    assert net[2].term == before
+
+
+def test_node_ids_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        RaftNode(0, MemoryStorage(), ConfState((1,)))
+
+
+def test_status_reports_peer_progress_on_the_leader() -> None:
+    net = leader_net()
+    st = net[1].status()
+    assert st.role == Role.LEADER and st.leader_id == 1
+    assert set(st.progress) == {1, 2, 3}
+    assert all(p.match == net[1].last_index for p in st.progress.values())
+    assert net[2].status().progress == {}
