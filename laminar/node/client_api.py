@@ -345,23 +345,41 @@ class ClientServer:
         partitions = await node.cluster_partitions()
         status = response.body.init("clusterStatus")
         status.metadataLeader = node.metadata_leader
-        live = set(node.live_nodes())
-        members = sorted(node.state.nodes.values(), key=lambda n: n.node_id)
-        replica_counts: dict[int, int] = {}
-        for topic in node.state.topics.values():
-            for assignment in topic.partitions:
-                for node_id in assignment.replicas:
-                    replica_counts[node_id] = replica_counts.get(node_id, 0) + 1
-        assert node.metadata is not None
-        voters = set(node.metadata.raft.conf.voters)
+        gossip = {m.node_id: m for m in node.swim.members}
+        voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
+        replica_counts = node.state.replica_counts()
+        members = sorted(set(node.state.nodes) | set(gossip) | {node.node_id})
         slots = status.init("members", len(members))
-        for slot, info in zip(slots, members, strict=True):
-            slot.nodeId = info.node_id
-            slot.address = info.client_address
-            slot.state = "alive" if info.node_id in live else "dead"
-            slot.metadataVoter = info.node_id in voters
-            slot.replicas = replica_counts.get(info.node_id, 0)
-            slot.leaders = sum(1 for p in partitions if p["leader"] == info.node_id)
+        for slot, node_id in zip(slots, members, strict=True):
+            member = gossip.get(node_id)
+            slot.nodeId = node_id
+            slot.address = node.address_of(node_id)
+            if node_id == node.node_id:
+                slot.state, slot.incarnation = "alive", node.swim.core.incarnation
+            elif member is not None:
+                slot.state, slot.incarnation = str(member.state), member.incarnation
+            else:
+                slot.state = "unknown"
+            if node_id not in node.state.nodes:
+                slot.state = f"{slot.state} (registering)"
+            elif node_id in node.state.draining:
+                slot.state = f"{slot.state} (draining)"
+            slot.metadataVoter = node_id in voters
+            slot.replicas = replica_counts.get(node_id, 0)
+            slot.leaders = sum(1 for p in partitions if p["leader"] == node_id)
+        moves = [
+            (topic, index, assignment)
+            for topic in node.state.topics.values()
+            for index, assignment in enumerate(topic.partitions)
+            if assignment.moving
+        ]
+        move_slots = status.init("moves", len(moves))
+        for slot, (topic, index, assignment) in zip(move_slots, moves, strict=True):
+            slot.topic = topic.name
+            slot.partition = index
+            slot.fromNode = assignment.removing
+            slot.toNode = assignment.adding
+            slot.stage = node.move_stage(topic, index)
         out = status.init("partitions", len(partitions))
         for slot, part in zip(out, partitions, strict=True):
             slot.topic = part["topic"]

@@ -43,6 +43,14 @@ class PartitionAssignment:
     replicas: list[int]
     leader: int = 0
     leader_term: int = 0
+    adding: int = 0
+    """A move in progress: the node receiving a replica (0: none)."""
+    removing: int = 0
+    """A move in progress: the node giving its replica up."""
+
+    @property
+    def moving(self) -> bool:
+        return self.adding != 0
 
 
 @dataclass(slots=True)
@@ -66,6 +74,7 @@ class MetadataState:
 
     topics: dict[str, Topic] = field(default_factory=dict)
     nodes: dict[int, NodeInfo] = field(default_factory=dict)
+    draining: set[int] = field(default_factory=set)
     next_topic_id: int = 1
 
     def apply(self, command: dict[str, Any]) -> Any:
@@ -90,13 +99,34 @@ class MetadataState:
                 assignment.leader = command["leader"]
                 assignment.leader_term = command["term"]
             return assignment
-        if op == "set_replicas":
-            topic = self.topic_by_id(command["topic_id"])
-            if topic is None or command["partition"] >= len(topic.partitions):
-                return None
-            topic.partitions[command["partition"]].replicas = list(command["replicas"])
-            return topic.partitions[command["partition"]]
+        if op in ("start_move", "finish_move"):
+            return self._move(op, command)
+        if op == "drain_node":
+            if command["node_id"] not in self.nodes:
+                raise InvalidRequestError(f"node {command['node_id']} is not a cluster member")
+            self.draining.add(command["node_id"])
+            return command["node_id"]
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _move(self, op: str, command: dict[str, Any]) -> PartitionAssignment | None:
+        """Moves replace one replica: start (the new one catches up), then finish."""
+        topic = self.topic_by_id(command["topic_id"])
+        if topic is None or command["partition"] >= len(topic.partitions):
+            return None
+        assignment = topic.partitions[command["partition"]]
+        source, target = command["from"], command["to"]
+        if op == "start_move":
+            if assignment.moving or source not in assignment.replicas:
+                return None
+            if target in assignment.replicas:
+                return None
+            assignment.adding, assignment.removing = target, source
+        else:
+            if (assignment.adding, assignment.removing) != (target, source):
+                return None
+            assignment.replicas = [target if r == source else r for r in assignment.replicas]
+            assignment.adding = assignment.removing = 0
+        return assignment
 
     def _create_topic(self, command: dict[str, Any]) -> Topic:
         name = command["name"]
@@ -120,13 +150,21 @@ class MetadataState:
         return None
 
     def replicas_on(self, node_id: int) -> list[tuple[Topic, int]]:
-        """Every (topic, partition) with a replica on ``node_id``."""
+        """Every (topic, partition) with a replica on ``node_id`` (a move's target included)."""
         return [
             (topic, index)
             for topic in self.topics.values()
             for index, assignment in enumerate(topic.partitions)
-            if node_id in assignment.replicas
+            if node_id in assignment.replicas or node_id == assignment.adding
         ]
+
+    def replica_counts(self) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for topic in self.topics.values():
+            for assignment in topic.partitions:
+                for node_id in assignment.replicas:
+                    counts[node_id] = counts.get(node_id, 0) + 1
+        return counts
 
 
 def validate_topic_name(name: str) -> None:

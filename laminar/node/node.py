@@ -22,6 +22,7 @@ from laminar.errors import (
     NotLeaderError,
     RequestTimeoutError,
 )
+from laminar.membership.driver import SwimDriver
 from laminar.node.calls import PeerCalls
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import (
@@ -36,11 +37,13 @@ from laminar.node.metadata import (
     validate_topic_name,
 )
 from laminar.node.peers import PeerNetwork
+from laminar.node.placement import Placement
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.raft import ConfState, Entry, RaftConfig
 from laminar.segment import batch as record_batch
 from laminar.segment.log import LogConfig
+from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
 
@@ -75,16 +78,27 @@ class Node:
         )
         self.calls = PeerCalls(self.peers)
         self.calls.register("propose", self._serve_propose)
+        self.calls.register("propose_here", self._serve_propose_here)
         self.calls.register("status", self._serve_status)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
+        self.swim = SwimDriver(
+            self.node_id,
+            meta={"peer": config.peer_listen, "client": config.listen},
+            seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
+        )
+        self.placement = Placement(self)
+        self.swim.subscribe(self.placement.on_member_event)
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        initial = sorted({*self.config.peers, self.node_id})
-        voters = tuple(initial[: self.config.metadata_replicas])
-        learners = tuple(n for n in initial if n not in voters)
+        if self.config.peers:
+            initial = sorted({*self.config.peers, self.node_id})
+            voters = tuple(initial[: self.config.metadata_replicas])
+            learners = tuple(n for n in initial if n not in voters)
+        else:  # joining a running cluster: the metadata leader adds this node as a learner
+            voters, learners = (), (self.node_id,)
         self.metadata = Replica.open(
             METADATA_GROUP,
             self.node_id,
@@ -99,12 +113,15 @@ class Node:
         await self.peers.start()
         for node_id, address in self.config.peers.items():
             self.peers.add_peer(node_id, address)
+        host, port = split_address(self.config.peer_listen)
+        await self.swim.start(host, port)
         self.runtime.start()
         self._tasks = [
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
+            asyncio.create_task(self._placement_loop(), name="placement"),
         ]
-        self._spawn(self._register())
+        self.spawn(self._register())
         log.info(
             "node started",
             node_id=self.node_id,
@@ -117,11 +134,12 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+        await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
         log.info("node stopped", node_id=self.node_id)
 
-    def _spawn(self, coroutine: Any) -> asyncio.Task[Any]:
+    def spawn(self, coroutine: Any) -> asyncio.Task[Any]:
         task = asyncio.create_task(coroutine)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -173,7 +191,15 @@ class Node:
             self.peers.check_liveness()
 
     def live_nodes(self) -> list[int]:
-        return sorted(n for n in self.state.nodes if n == self.node_id or self.peers.connected(n))
+        return sorted(self.placement.live())
+
+    async def _placement_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                self.placement.step()
+            except Exception:
+                log.exception("placement step failed")
 
     def address_of(self, node_id: int) -> str:
         info = self.state.nodes.get(node_id)
@@ -197,12 +223,15 @@ class Node:
             try:
                 if self.metadata.is_leader:
                     result = await self._propose_local(command)
-                elif leader and self.peers.connected(leader):
-                    result = await self.calls.call(
-                        leader, "propose", command, max(0.1, deadline - time.monotonic())
-                    )
                 else:
-                    raise NotLeaderError("no metadata leader known yet")
+                    # A node that just joined knows no leader yet: any peer forwards for it.
+                    target = leader if leader and self.peers.connected(leader) else 0
+                    target = target or next(iter(self.peers.connected_peers()), 0)
+                    if not target:
+                        raise NotLeaderError("no metadata leader known yet")
+                    result = await self.calls.call(
+                        target, "propose", command, max(0.1, deadline - time.monotonic())
+                    )
                 await self.wait_applied(result["index"], deadline - time.monotonic())
                 return result
             except (NotLeaderError, ConnectionError):
@@ -210,7 +239,17 @@ class Node:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
 
-    async def _serve_propose(self, _peer: int, command: dict[str, Any]) -> Any:
+    async def _serve_propose(self, peer: int, command: dict[str, Any]) -> Any:
+        """Commit on behalf of a peer, forwarding once to the leader if this node is not it."""
+        assert self.metadata is not None
+        if self.metadata.is_leader:
+            return await self._propose_local(command)
+        leader = self.metadata.raft.leader_id
+        if leader and leader != peer and self.peers.connected(leader):
+            return await self.calls.call(leader, "propose_here", command)
+        raise NotLeaderError("not the metadata leader")
+
+    async def _serve_propose_here(self, _peer: int, command: dict[str, Any]) -> Any:
         assert self.metadata is not None
         if not self.metadata.is_leader:
             raise NotLeaderError("not the metadata leader")
@@ -298,9 +337,20 @@ class Node:
             for partition in range(len(result.partitions)):
                 replica = self.runtime.remove(group_id(result.topic_id, partition))
                 if replica is not None:
-                    self._spawn(self._delete_files(replica))
+                    self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
+        elif op == "start_move" and result is not None and result.adding == self.node_id:
+            topic = self.state.topic_by_id(command["topic_id"])
+            if topic is not None:
+                self._open_partition(topic, command["partition"])
+        elif op == "finish_move" and result is not None and command["from"] == self.node_id:
+            topic = self.state.topic_by_id(command["topic_id"])
+            if topic is not None:
+                replica = self.runtime.remove(group_id(topic.topic_id, command["partition"]))
+                if replica is not None:
+                    log.info("replica moved away", topic=topic.name, partition=replica.partition)
+                    self.spawn(self._delete_files(replica))
 
     async def _delete_files(self, replica: Replica) -> None:
         while not replica.log_closed:
@@ -315,7 +365,12 @@ class Node:
         if group in self.runtime.replicas:
             return
         settings = topic.settings
-        replicas = topic.partitions[partition].replicas
+        assignment = topic.partitions[partition]
+        replicas = assignment.replicas
+        if self.node_id in replicas:
+            conf = ConfState(voters=tuple(replicas))
+        else:  # the target of a move joins as a learner
+            conf = ConfState(voters=tuple(replicas), learners=(self.node_id,))
         replica = Replica.open(
             group,
             self.node_id,
@@ -327,13 +382,13 @@ class Node:
                 retention_bytes=settings.retention_bytes,
                 max_batch_bytes=self.config.max_batch_bytes,
             ),
-            ConfState(voters=tuple(replicas)),
+            conf,
             self._raft_config(deliver_committed=False),
             topic=topic.name,
             partition=partition,
         )
         self.runtime.add(replica)
-        if replicas[0] == self.node_id and replica.raft.term == 0:
+        if replicas[0] == self.node_id and replica.raft.term == 0 and not assignment.moving:
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
 
@@ -350,7 +405,7 @@ class Node:
             "leader": self.node_id,
             "term": replica.raft.term,
         }
-        self._spawn(self._report_leader(replica, command))
+        self.spawn(self._report_leader(replica, command))
 
     async def _report_leader(self, replica: Replica, command: dict[str, Any]) -> None:
         for _ in range(50):
@@ -426,6 +481,21 @@ class Node:
                 }
             )
         return out
+
+    def move_stage(self, topic: Topic, partition: int) -> str:
+        """Where a move stands, as far as this node can tell."""
+        replica = self.runtime.replicas.get(group_id(topic.topic_id, partition))
+        assignment = topic.partitions[partition]
+        if replica is None or not replica.is_leader:
+            return "in progress"
+        conf = replica.raft.conf
+        if assignment.adding in conf.learners:
+            return "target catching up"
+        if assignment.adding in conf.voters and assignment.removing in conf.voters:
+            return "removing source"
+        if assignment.adding in conf.voters:
+            return "finishing"
+        return "adding target"
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:
         return self.local_status()

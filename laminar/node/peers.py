@@ -91,6 +91,9 @@ class PeerNetwork:
         connection = self._connections.get(node_id)
         return connection is not None and not connection.closed
 
+    def connected_peers(self) -> list[int]:
+        return sorted(p for p, c in self._connections.items() if not c.closed)
+
     def send_raft(self, peer: int, messages: list[GroupMessage]) -> None:
         connection = self._connections.get(peer)
         if connection is None or connection.closed:

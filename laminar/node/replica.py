@@ -43,6 +43,8 @@ class Replica:
     apply: Callable[[Any], Any] | None = None
     """Metadata group only: applies committed NORMAL entries and returns their result."""
     saved: SavedState | None = None
+    conf: ConfState | None = None
+    """The committed configuration the core last handed out (what a restart starts from)."""
     commit_waiters: collections.deque[Waiter] = field(default_factory=collections.deque)
     fetch_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     after_persist: list[Message] = field(default_factory=list)
@@ -68,7 +70,7 @@ class Replica:
         conf = conf or initial_conf
         raft = RaftNode(node_id, storage, conf, hard, raft_config)
         saved = SavedState(hard.term, hard.vote, conf) if hard is not None else None
-        return cls(group, directory, log, storage, raft, saved=saved, **kwargs)
+        return cls(group, directory, log, storage, raft, saved=saved, conf=conf, **kwargs)
 
     @property
     def high_watermark(self) -> int:
@@ -82,7 +84,7 @@ class Replica:
     def state_to_save(self) -> tuple[HardState, ConfState] | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
         raft = self.raft
-        conf = raft.conf
+        conf = self.conf or raft.committed_conf
         saved = self.saved
         if (
             saved is not None

@@ -152,6 +152,8 @@ class MultiRaft:
                     replica.fail_waiters(NotLeaderError("entries replaced"), first)
                 storage.append(ready.entries)
                 self._dirty.add(replica)
+            if ready.conf_state is not None:
+                replica.conf = ready.conf_state
             if ready.hard_state is not None or ready.conf_state is not None:
                 self._dirty.add(replica)
             for message in ready.messages:

@@ -1,0 +1,140 @@
+"""Membership-driven placement: gossip events in, replica moves and leader transfers out.
+
+Every node runs one loop. On the metadata leader it starts moves (evacuating nodes that are
+gone for longer than ``node_dead_after`` or draining, then evening out replica counts) and adds
+newly registered nodes to the metadata group as learners. On every node it advances the moves
+of partitions this node leads, and hands leadership to a partition's preferred replica (the
+first of its replica list) when that replica is alive and caught up, so leaders spread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+import structlog
+
+from laminar.errors import LaminarError
+from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent
+from laminar.node.metadata import group_id
+from laminar.node.rebalance import Move, advance_move, plan_moves
+from laminar.raft import ConfChange, ConfChangeType
+
+if TYPE_CHECKING:
+    from laminar.node.node import Node
+    from laminar.node.replica import Replica
+
+log = structlog.get_logger(__name__)
+
+
+class Placement:
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._dead_since: dict[int, float] = {}
+        self._proposing: set[tuple[str, int, int]] = set()
+
+    # membership ------------------------------------------------------------------------------
+    def on_member_event(self, event: MemberEvent) -> None:
+        member = event.member
+        node = self.node
+        if member.node_id == node.node_id:
+            return
+        if event.kind in (EventKind.DEAD, EventKind.LEFT):
+            self._dead_since.setdefault(member.node_id, time.monotonic())
+            node.runtime.node_down(member.node_id)
+        elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
+            self._dead_since.pop(member.node_id, None)
+            peer, client = member.meta.get("peer"), member.meta.get("client")
+            if peer:
+                node.peers.add_peer(member.node_id, peer)
+            if client:
+                node.client_addresses[member.node_id] = client
+
+    def live(self) -> set[int]:
+        node = self.node
+        alive = {m.node_id for m in node.swim.members if m.state in LIVE_STATES}
+        connected = set(node.peers.connected_peers())  # gossip may not have converged yet
+        return (alive | connected | {node.node_id}) & set(node.state.nodes)
+
+    def gone(self) -> set[int]:
+        limit = self.node.config.node_dead_after_ms / 1000
+        now = time.monotonic()
+        return {n for n, since in self._dead_since.items() if now - since >= limit}
+
+    # the loop --------------------------------------------------------------------------------
+    def step(self) -> None:
+        node = self.node
+        assert node.metadata is not None
+        if node.metadata.is_leader:
+            self._admit_metadata_learners()
+            for move in plan_moves(
+                node.state, self.live(), self.gone(), node.config.max_concurrent_moves
+            ):
+                log.info("starting replica move", move=move)
+                self._propose(move.command("start_move"))
+        for topic in list(node.state.topics.values()):
+            for index, assignment in enumerate(topic.partitions):
+                replica = node.runtime.replicas.get(group_id(topic.topic_id, index))
+                if replica is None or not replica.is_leader:
+                    continue
+                if assignment.moving:
+                    move = Move(topic.topic_id, index, assignment.removing, assignment.adding)
+                    self._advance(replica, move)
+                else:
+                    self._prefer_leader(replica, assignment.replicas[0])
+
+    def _advance(self, replica: Replica, move: Move) -> None:
+        try:
+            done = advance_move(replica.raft, move.source, move.target)
+        except LaminarError as exc:
+            log.debug("move step deferred", move=move, reason=str(exc))
+            return
+        self.node.runtime.wake(replica)
+        if done:
+            log.info("replica move complete", move=move)
+            self._propose(move.command("finish_move"))
+
+    def _prefer_leader(self, replica: Replica, preferred: int) -> None:
+        raft = replica.raft
+        if preferred == raft.id or preferred not in raft.conf.voters:
+            return
+        if preferred not in self.live() or raft.transferee:
+            return
+        progress = raft.status().progress.get(preferred)
+        if progress is not None and progress.match == raft.last_index and progress.recent_active:
+            try:
+                raft.transfer_leader(preferred)
+            except LaminarError:
+                return
+            self.node.runtime.wake(replica)
+
+    def _admit_metadata_learners(self) -> None:
+        node = self.node
+        assert node.metadata is not None
+        raft = node.metadata.raft
+        conf = raft.conf
+        for node_id in node.state.nodes:
+            if node_id not in conf.voters and node_id not in conf.learners:
+                try:
+                    raft.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, node_id))
+                    node.runtime.wake(node.metadata)
+                    log.info("metadata learner added", node=node_id)
+                except LaminarError:
+                    pass
+                return  # one change at a time
+
+    def _propose(self, command: dict[str, int | str]) -> None:
+        key = (str(command["op"]), int(command["topic_id"]), int(command["partition"]))
+        if key in self._proposing:
+            return
+        self._proposing.add(key)
+
+        async def propose() -> None:
+            try:
+                await self.node.propose_metadata(command)
+            except (LaminarError, ConnectionError) as exc:
+                log.debug("placement command not applied", command=command, error=str(exc))
+            finally:
+                self._proposing.discard(key)
+
+        self.node.spawn(propose())
