@@ -182,21 +182,45 @@ def verify_batch(
     buf: bytes | bytearray | memoryview, max_batch_bytes: int | None = None
 ) -> BatchHeader:
     """Check a whole batch (length, magic, attributes, counts, crc); returns its header."""
+    f = check_batch(buf, max_batch_bytes)
+    return BatchHeader(
+        f[0], f[1], f[2], f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[11], f[13], f[14]
+    )
+
+
+def check_batch(
+    buf: bytes | bytearray | memoryview, max_batch_bytes: int | None = None
+) -> tuple[int, ...]:
+    """verify_batch without building a BatchHeader: the raw unpacked header fields (the
+    node's append path; index as in the 68-byte layout, reserved fields included)."""
     n = len(buf)
     if max_batch_bytes is not None and n > max_batch_bytes:
         raise BatchTooLargeError(f"batch of {n} bytes exceeds the limit of {max_batch_bytes}")
-    f = _check_fields(buf, n)
-    actual = crc32c.crc32c(memoryview(buf)[CRC_START:n])
-    if actual != f.crc:
-        raise CorruptBatchError(f"batch crc32c mismatch (stored {f.crc:#010x}, got {actual:#010x})")
-    return f
-
-
-def _check_fields(buf: bytes | bytearray | memoryview, n: int) -> BatchHeader:
     if n < HEADER_SIZE:
         raise CorruptBatchError(f"{n} bytes is shorter than a batch header")
     f = _HEADER.unpack_from(buf, 0)
-    length, magic, res1, attributes, lod = f[2], f[4], f[5], f[6], f[7]
+    length, magic, res1, attributes, lod, count = f[2], f[4], f[5], f[6], f[7], f[14]
+    if (
+        length != n
+        or magic != MAGIC
+        or res1
+        or f[12]
+        or attributes & ~ATTR_CONTROL
+        or count < 1
+        or lod != count - 1
+        or count * MIN_RECORD_SIZE > n - HEADER_SIZE
+        or f[9] < f[8]
+    ):
+        _explain(f, n)
+    actual = crc32c.crc32c(memoryview(buf)[CRC_START:n])
+    if actual != f[3]:
+        raise CorruptBatchError(f"batch crc32c mismatch (stored {f[3]:#010x}, got {actual:#010x})")
+    return f
+
+
+def _explain(f: tuple[int, ...], n: int) -> None:
+    """Raise the CorruptBatchError naming the first defect of a header (the slow path)."""
+    length, magic, res1, attributes, lod, count = f[2], f[4], f[5], f[6], f[7], f[14]
     if length != n:
         raise CorruptBatchError(f"batch_length field {length} does not match {n} bytes received")
     if magic != MAGIC:
@@ -208,18 +232,13 @@ def _check_fields(buf: bytes | bytearray | memoryview, n: int) -> BatchHeader:
         raise CorruptBatchError(f"compression codec {codec} is not supported")
     if attributes & ~(ATTR_COMPRESSION_MASK | ATTR_CONTROL):
         raise CorruptBatchError(f"unknown attribute bits {attributes:#06x}")
-    count = f[14]
     if count < 1:
         raise CorruptBatchError(f"record_count {count} is not positive")
     if lod != count - 1:
         raise CorruptBatchError(f"last_offset_delta {lod} does not match record_count {count}")
     if count * MIN_RECORD_SIZE > n - HEADER_SIZE:
         raise CorruptBatchError(f"{count} records cannot fit in {n - HEADER_SIZE} bytes")
-    if f[9] < f[8]:
-        raise CorruptBatchError("max_timestamp is before first_timestamp")
-    return BatchHeader(
-        f[0], f[1], f[2], f[3], f[4], f[6], f[7], f[8], f[9], f[10], f[11], f[13], f[14]
-    )
+    raise CorruptBatchError("max_timestamp is before first_timestamp")
 
 
 def stamp(buf: bytearray | memoryview, base_offset: int, term: int) -> None:

@@ -32,8 +32,8 @@ from laminar.segment.batch import (
     CRC_START,
     HEADER_SIZE,
     BatchHeader,
+    check_batch,
     stamp_prefix,
-    verify_batch,
 )
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
@@ -220,9 +220,9 @@ class PartitionLog:
         """Leader path: verify, stamp base offset and term, append; returns (base, last)."""
         self._check_open()
         mv = _byte_view(batch)
-        h = verify_batch(mv, self.config.max_batch_bytes)
+        f = check_batch(mv, self.config.max_batch_bytes)
         base = self._end
-        return self._write(stamp_prefix(base, term), mv[16:], h, base, term, now_ms)
+        return self._write(stamp_prefix(base, term), mv[16:], f, base, term, now_ms)
 
     def append_stamped(
         self, batch: bytes | bytearray | memoryview, *, now_ms: int | None = None
@@ -230,36 +230,38 @@ class PartitionLog:
         """Follower path: the batch already carries base offset (== end_offset) and term."""
         self._check_open()
         mv = _byte_view(batch)
-        h = verify_batch(mv, self.config.max_batch_bytes)
-        if h.base_offset != self._end:
+        f = check_batch(mv, self.config.max_batch_bytes)
+        if f[0] != self._end:
             raise InvalidRequestError(
-                f"batch base offset {h.base_offset} does not match log end offset {self._end}"
+                f"batch base offset {f[0]} does not match log end offset {self._end}"
             )
-        return self._write(bytes(mv[:16]), mv[16:], h, h.base_offset, h.term, now_ms)
+        return self._write(bytes(mv[:16]), mv[16:], f, f[0], f[1], now_ms)
 
     def _write(
         self,
         prefix: bytes,
         body: memoryview,
-        h: BatchHeader,
+        f: tuple[int, ...],
         base: int,
         term: int,
         now_ms: int | None,
     ) -> tuple[int, int]:
+        """Append one verified batch; ``f`` holds its raw header fields (see check_batch)."""
         seg = self._segments[-1]
+        length = f[2]
         aged = self._aged(seg, now_ms)
-        if seg.size and (seg.size + h.batch_length > self.config.segment_bytes or aged):
+        if seg.size and (seg.size + length > self.config.segment_bytes or aged):
             seg = self._roll()
             self._aged(seg, now_ms)
-        last = base + h.last_offset_delta
-        seg.append(prefix, body, h, base, last, term)
+        last = base + f[7]
+        seg.append(prefix, body, length, f[9], base, last, term)
         if not self._term_values or term != self._term_values[-1]:
             self._term_offsets.append(base)
             self._term_values.append(term)
         handle = seg.data
         with self._lock:
             self._end = last + 1
-            self._dirty[id(handle)] = handle  # type: ignore[assignment]
+            self._dirty[id(handle)] = handle
         return base, last
 
     def _aged(self, seg: Segment, now_ms: int | None) -> bool:

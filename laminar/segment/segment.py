@@ -266,11 +266,18 @@ class Segment:
         return self.tidx.timestamps[0] if len(self.tidx) else None
 
     def append(
-        self, prefix: bytes, body: memoryview, h: BatchHeader, base: int, last: int, term: int
+        self,
+        prefix: bytes,
+        body: memoryview,
+        length: int,
+        mx: int,
+        base: int,
+        last: int,
+        term: int,
     ) -> None:
-        """Write prefix+body (one batch) at the end; on a failed write the file is cut back."""
+        """Write prefix+body (one batch of ``length`` bytes, max timestamp ``mx``) at the end;
+        on a failed write the file is cut back."""
         pos = self.size
-        length = h.batch_length
         try:
             written = os.writev(self.data.fd, (prefix, body))
             if written != length:
@@ -278,8 +285,7 @@ class Segment:
         except BaseException:
             os.ftruncate(self.data.fd, pos)
             raise
-        # inline _track for the hot path
-        mx = h.max_timestamp
+        # the index rules of _track_quiet, inlined for the hot path
         if mx > self.max_ts:
             self.max_ts, self.max_off, self.max_pos = mx, base, pos
         idx = self.idx
