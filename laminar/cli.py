@@ -249,6 +249,13 @@ def node_start(
     ] = None,
     log_format: Annotated[str, typer.Option(help="console or json.")] = "console",
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    node_dead_after: Annotated[
+        float,
+        typer.Option(help="Seconds a node may be dead before its replicas are re-created."),
+    ] = 30.0,
+    max_concurrent_moves: Annotated[
+        int, typer.Option(help="Replica moves the cluster runs at once.", min=1)
+    ] = 2,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.node.config import NodeConfig, parse_peers
@@ -271,6 +278,8 @@ def node_start(
             join=list(join or []),
             log_format=log_format,
             log_level=log_level.lower(),
+            node_dead_after_ms=int(node_dead_after * 1000),
+            max_concurrent_moves=max_concurrent_moves,
         )
     except ValueError as exc:
         fail(str(exc))
