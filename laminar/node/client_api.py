@@ -179,6 +179,10 @@ class ClientServer:
         await self.node.propose_metadata({"op": "delete_topic", "name": name})
         response.body.none = None
 
+    async def _on_drainNode(self, node_id: int, response: Any, _payload: memoryview) -> None:
+        await self.node.propose_metadata({"op": "drain_node", "node_id": node_id})
+        response.body.none = None
+
     # produce ---------------------------------------------------------------------------------
     async def _on_produce(self, body: Any, response: Any, payload: memoryview) -> None:
         acks = body.acks

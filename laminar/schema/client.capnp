@@ -28,6 +28,7 @@ struct Request {
     fetch @6 :FetchRequest;
     listOffsets @7 :ListOffsetsRequest;
     clusterStatus @8 :Void;
+    drainNode @9 :UInt32;     # move every replica off this node (decommission)
   }
 }
 
