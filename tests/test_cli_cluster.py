@@ -241,3 +241,57 @@ def test_dev_starts_prints_and_stops(tmp_path: Path) -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_node_start_join(tmp_path: Path) -> None:
+    base = start_cluster(tmp_path / "base", nodes=3)
+    ((client_port, peer_port),) = free_port_pairs(1)
+    address = f"127.0.0.1:{client_port}"
+    log_path = tmp_path / "n4.log"
+    joiner = subprocess.Popen(
+        [
+            LAMINAR,
+            "node",
+            "start",
+            "--node-id",
+            "4",
+            "--data-dir",
+            str(tmp_path / "n4"),
+            "--listen",
+            address,
+            "--peer-listen",
+            f"127.0.0.1:{peer_port}",
+            "--join",
+            base.nodes[1].peer_address,
+            "--join",
+            base.nodes[2].peer_address,
+            "--log-format",
+            "json",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_path, "wb"),  # noqa: SIM115
+    )
+    try:
+        members: list[dict[str, object]] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            status = cli("cluster", "status", "--json", bootstrap=base.bootstrap)
+            if status.returncode == 0:
+                members = json.loads(status.stdout)["members"]
+                if len(members) == 4 and all(m["state"] == "alive" for m in members):
+                    break
+            time.sleep(0.5)
+        assert [(m["node_id"], m["state"]) for m in members] == [
+            (1, "alive"),
+            (2, "alive"),
+            (3, "alive"),
+            (4, "alive"),
+        ], log_path.read_text()
+        # The new node answers clients too, and knows the whole cluster.
+        through_new = cli("cluster", "status", bootstrap=address)
+        assert through_new.returncode == 0 and "members (4;" in through_new.stdout
+    finally:
+        joiner.send_signal(signal.SIGTERM)
+        code = joiner.wait(20)
+        base.stop()
+    assert code == 0
