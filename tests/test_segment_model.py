@@ -16,7 +16,7 @@ from laminar.errors import CorruptBatchError, InvalidRequestError, OffsetOutOfRa
 from laminar.segment import LogConfig, PartitionLog, build_batch, verify_batch
 from laminar.segment.batch import iter_batches, stamp
 
-CFG = LogConfig(segment_bytes=1500, index_interval_bytes=250, retention_ms=1000)
+CFG = LogConfig(segment_bytes=1500, index_interval_bytes=250, retention_ms=1000, segment_ms=1000)
 
 
 @dataclass
@@ -37,6 +37,7 @@ class LogModel(RuleBasedStateMachine):
         self.start = 0
         self.prev_term = 0
         self.term = 1
+        self.clock = 10_000  # wall clock passed to append (time-based rolling)
 
     def teardown(self) -> None:
         self.log.close()
@@ -58,7 +59,7 @@ class LogModel(RuleBasedStateMachine):
     def append(self, sizes: list[int], ts: list[int]) -> None:
         recs = [(None, bytes([i]) * s, (), ts[i]) for i, s in enumerate(sizes)]
         raw = build_batch(recs)
-        base, last = self.log.append(raw, term=self.term)
+        base, last = self.log.append(raw, term=self.term, now_ms=self.clock)
         assert (base, last) == (self.end, self.end + len(sizes) - 1)
         mx = max(ts[: len(sizes)])
         self.entries.append(Entry(base, last, self.term, mx, self._stored(raw, base, self.term)))
@@ -67,7 +68,7 @@ class LogModel(RuleBasedStateMachine):
     def append_stamped(self, n: int) -> None:
         raw = bytearray(build_batch([(b"f", b"x" * 50, (), 100)] * n))
         stamp(raw, self.end, self.term)
-        base, last = self.log.append_stamped(raw)
+        base, last = self.log.append_stamped(raw, now_ms=self.clock)
         assert base == self.end
         self.entries.append(Entry(base, last, self.term, 100, bytes(raw)))
 
@@ -80,6 +81,10 @@ class LogModel(RuleBasedStateMachine):
         stamp(bad, self.end + 1, self.term)
         with pytest.raises(InvalidRequestError):
             self.log.append_stamped(bad)
+
+    @rule(ms=st.integers(1, 1500))
+    def advance_clock(self, ms: int) -> None:
+        self.clock += ms
 
     @rule()
     def bump_term(self) -> None:
