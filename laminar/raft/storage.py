@@ -13,6 +13,8 @@ from typing import Protocol
 from laminar.raft.types import Entry
 
 _LAST = attrgetter("last")
+_INDEX = attrgetter("index")
+_DATA = attrgetter("data")
 
 
 class CompactedError(LookupError):
@@ -43,20 +45,31 @@ def entry_size(e: Entry) -> int:
     return len(e.data) + 32
 
 
+def entries_size(ents: list[Entry]) -> int:
+    """Bytes ``ents`` count for flow control (payload plus a fixed per-entry overhead)."""
+    return sum(map(len, map(_DATA, ents))) + 32 * len(ents)
+
+
 def take_entries(ents: list[Entry], i: int, hi: int, max_bytes: int) -> list[Entry]:
     """Entries from position ``i`` of ``ents`` while index < hi and within max_bytes (>= 1)."""
     n = len(ents)
-    j = i
+    if i >= n:
+        return []
+    j = n
+    if ents[-1].index >= hi:
+        j = bisect_left(ents, hi, lo=i, key=_INDEX)
+    cand = ents[i:j]
+    # Fast path (C-level): the whole candidate range fits.
+    if sum(map(len, map(_DATA, cand))) + 32 * len(cand) <= max_bytes:
+        return cand
     size = 0
-    while j < n:
-        e = ents[j]
-        if e.index >= hi:
-            break
+    k = 0
+    for e in cand:
         size += len(e.data) + 32
-        if size > max_bytes and j > i:
+        if size > max_bytes and k:
             break
-        j += 1
-    return ents[i:j]
+        k += 1
+    return cand[:k]
 
 
 class MemoryStorage:
