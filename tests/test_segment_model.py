@@ -121,6 +121,11 @@ class LogModel(RuleBasedStateMachine):
         assert self.entries[i + len(parts) - 1].last < limit
         assert s.base_offset == self.entries[i].base
         assert s.next_offset == self.entries[i + len(parts) - 1].last + 1
+        j = i + len(parts)
+        if j < len(self.entries):  # maximal: the next batch was left out for a reason
+            nxt = self.entries[j]
+            bases = {int(p.stem) for p in self.dir.glob("*.log")}
+            assert nxt.last >= limit or len(got) + len(nxt.data) > max_bytes or nxt.base in bases
 
     @precondition(lambda self: self.entries)
     @rule(data=st.data())
@@ -132,8 +137,12 @@ class LogModel(RuleBasedStateMachine):
         i = next(k for k, e in enumerate(self.entries) if e.last >= start)
         assert [bytes(v) for v in views] == [e.data for e in self.entries[i : i + len(views)]]
         assert views and verify_batch(views[-1]).base_offset < end
+        total = sum(len(v) for v in views)
         if len(views) > 1:
-            assert sum(len(v) for v in views) <= max_bytes
+            assert total <= max_bytes
+        j = i + len(views)
+        if j < len(self.entries) and self.entries[j].base < end:
+            assert total + len(self.entries[j].data) > max_bytes
 
     @precondition(lambda self: self.entries)
     @rule(data=st.data())
