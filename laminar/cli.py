@@ -256,6 +256,9 @@ def node_start(
     max_concurrent_moves: Annotated[
         int, typer.Option(help="Replica moves the cluster runs at once.", min=1)
     ] = 2,
+    retention_check_interval: Annotated[
+        float, typer.Option(help="Seconds between retention passes over every replica.")
+    ] = 60.0,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.node.config import NodeConfig, parse_peers
@@ -280,6 +283,7 @@ def node_start(
             log_level=log_level.lower(),
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
+            retention_check_ms=max(1, int(retention_check_interval * 1000)),
         )
     except ValueError as exc:
         fail(str(exc))
