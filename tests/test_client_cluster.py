@@ -148,6 +148,16 @@ async def test_seek_modes(cluster: ClusterHandle) -> None:
         assert consumer.position(tp) == metas[4].offset
         got = await consumer.getmany(timeout_ms=2000, max_records=1)
         assert got[0].value == b"s4" and got[0].timestamp == 5000
+        async with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
+            batch = [
+                await producer.send("seeks", f"b{i}".encode(), timestamp_ms=20_000 + i)
+                for i in range(5)
+            ]
+            await producer.flush()  # the five go as one batch
+        batch_offsets = [(await f).offset for f in batch]
+        await consumer.seek_to_timestamp(tp, 20_003)
+        assert consumer.position(tp) == batch_offsets[3]  # the record, not its batch start
+        end = batch_offsets[-1] + 1
         await consumer.seek_to_timestamp(tp, 99_999)
         assert consumer.position(tp) == end
         await consumer.seek_to_end(tp)

@@ -122,6 +122,22 @@ async def test_seek_to_timestamp(fake: FakeCluster) -> None:
         assert [r.value for r in records] == [b"c", b"d"]
         await consumer.seek_to_timestamp(T0, 0)
         assert consumer.position(T0) == 0
+        # Inside a batch: the exact record, not the batch's first one.
+        await consumer.seek_to_timestamp(T0, 1001)
+        assert consumer.position(T0) == 1
+        await consumer.seek_to_timestamp(T0, 5001)
+        assert consumer.position(T0) == 3
+
+
+async def test_seek_to_timestamp_skips_control_batches(fake: FakeCluster) -> None:
+    put(fake, T0, [b"a"], ts=1000)
+    fake.partition(*T0).append(control_batch(1, b"noop", 9000))  # a no-op stamped later
+    put(fake, T0, [b"b", b"c"], ts=2000)
+    async with Consumer(fake.bootstrap) as consumer:
+        await consumer.assign([T0])
+        await consumer.seek_to_timestamp(T0, 2001)
+        assert consumer.position(T0) == 3  # c, past the no-op at 1 and b at 2
+        assert [r.value for r in await drain(consumer, 1)] == [b"c"]
 
 
 async def test_async_iteration_and_position(fake: FakeCluster) -> None:

@@ -175,12 +175,37 @@ class Consumer:
         tps = [TopicPartition(*tp) for tp in tps]
         offsets = await list_offsets(self.cluster, tps, timestamp)
         missing = [tp for tp, offset in offsets.items() if offset < 0]
+        if timestamp >= 0:
+            found = [tp for tp in offsets if tp not in missing]
+            exact = await asyncio.gather(
+                *(self._first_at_or_after(tp, offsets[tp], timestamp) for tp in found)
+            )
+            offsets.update(zip(found, exact, strict=True))
         if missing:
             # No record at or after the timestamp: start at the end, like Kafka.
             offsets.update(await list_offsets(self.cluster, missing, LATEST))
         for tp, offset in offsets.items():
             self._set_position(tp, offset)
             self._seeked.discard(tp)
+
+    async def _first_at_or_after(self, tp: TopicPartition, offset: int, timestamp: int) -> int:
+        """The node answers with the first *batch* reaching ``timestamp``; find the record.
+
+        Records in a batch need not be in timestamp order, and control batches (Raft no-ops)
+        carry timestamps too, so scan the fetched batches for the first data record at or
+        after ``timestamp``.
+        """
+        fetched = await self.fetch_batches(tp, offset, self.partition_max_bytes)
+        data = memoryview(fetched.data)
+        next_offset = offset
+        for position, header in iter_batches(data):
+            next_offset = header.base_offset + header.last_offset_delta + 1
+            if is_control(header) or header.max_timestamp < timestamp:
+                continue
+            for record in decode_records(data[position : position + header.batch_length]):
+                if record.offset >= offset and record.timestamp >= timestamp:
+                    return record.offset
+        return next_offset
 
     def _set_position(self, tp: TopicPartition, offset: int) -> None:
         self._fetch_offsets[tp] = offset
