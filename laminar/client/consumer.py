@@ -69,6 +69,7 @@ class Consumer:
         self._backoff_until: dict[TopicPartition, float] = {}
         self._error: BaseException | None = None
         self._rotation = 0
+        self._emptied = False
         self._closed = False
 
     # lifecycle ---------------------------------------------------------------------------
@@ -240,6 +241,9 @@ class Consumer:
                 raise error
             records = self._drain(max_records)
             if records:
+                if self._emptied:
+                    self._emptied = False
+                    self._start_fetches()  # prefetch while the caller works on these
                 return records
             self._start_fetches()
             remaining = deadline - loop.time()
@@ -268,6 +272,8 @@ class Consumer:
             buffered = self._buffers.get(self._assignment[index])
             while buffered and len(out) < limit:
                 out.append(buffered.popleft())
+            if buffered is not None and not buffered and out:
+                self._emptied = True
             if len(out) >= limit:
                 # Start after this partition next time so a busy one cannot starve the rest.
                 self._rotation = (index + 1) % count
