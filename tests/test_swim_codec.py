@@ -35,7 +35,7 @@ updates = st.lists(
         Update,
         node_id=ids,
         address=text,
-        incarnation=u64,
+        incarnation=st.integers(min_value=0, max_value=codec.MAX_INCARNATION),
         state=st.sampled_from(list(MemberState)),
         meta=st.dictionaries(text, text, max_size=4),
         from_id=u64,
@@ -130,6 +130,12 @@ def test_valid_capnp_with_bad_values_is_rejected() -> None:
     root.body.init("pingReq").seq = 1  # no target address
     with pytest.raises(ProtocolError, match="target address"):
         codec.decode(b"".join(encode_frame(codec.FRAME_KIND, root.to_bytes())))
+
+
+def test_implausible_incarnation_is_rejected() -> None:
+    update = Update(7, "a:1", codec.MAX_INCARNATION + 1, MemberState.ALIVE, {}, 0)
+    with pytest.raises(ProtocolError, match="incarnation"):
+        codec.decode(codec.encode(Gossip(1, (update,))))
 
 
 def test_wrong_kind_and_payload_are_rejected() -> None:

@@ -12,7 +12,7 @@ from laminar import schemas
 from laminar.errors import ProtocolError
 from laminar.framing import decode_datagram, encode_frame
 from laminar.membership.messages import Ack, Gossip, Message, Ping, PingReq, Sync, Update
-from laminar.membership.state import MemberState
+from laminar.membership.state import MAX_INCARNATION, MemberState
 
 FRAME_KIND = 0x53  # "S": the frame kind of every SWIM datagram
 MAX_DATAGRAM_BYTES = 65507  # the largest UDP payload over IPv4
@@ -80,6 +80,8 @@ def _read_updates(reader: Any) -> tuple[Update, ...]:
         meta = item.meta
         if len(meta) > MAX_META_ENTRIES:
             raise ProtocolError("too many metadata entries")
+        if item.incarnation > MAX_INCARNATION:
+            raise ProtocolError(f"implausible incarnation {item.incarnation}")
         out.append(
             Update(
                 node_id=item.nodeId,

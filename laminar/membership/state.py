@@ -15,6 +15,10 @@ class MemberState(StrEnum):
 
 LIVE_STATES = frozenset({MemberState.ALIVE, MemberState.SUSPECT})
 
+# The codec refuses larger incarnations and the core ignores news at this one, so a refutation
+# (one more than anything accepted) always stays encodable. Nobody counts that high honestly.
+MAX_INCARNATION = 2**62
+
 
 @dataclass(slots=True)
 class Member:

@@ -33,6 +33,7 @@ from laminar.membership.messages import (
 )
 from laminar.membership.state import (
     LIVE_STATES,
+    MAX_INCARNATION,
     EventKind,
     Member,
     MemberEvent,
@@ -379,6 +380,9 @@ class Swim:
     # ----------------------------------------------------------------- state merging
 
     def _apply(self, update: Update, synced_from: int = 0) -> None:
+        if update.incarnation >= MAX_INCARNATION or not update.address:
+            self.stats.ignored += 1
+            return
         if update.node_id == self._id:
             self._about_self(update)
             return
