@@ -172,6 +172,19 @@ async def test_retries_run_out(fake: FakeCluster) -> None:
     assert len(fake.faults.produce_errors[("t", 0)]) == 7  # 1 try + 2 retries
 
 
+async def test_delivery_timeout_bounds_retrying(fake: FakeCluster) -> None:
+    fake.faults.produce_errors[("t", 0)] = deque(RequestTimeoutError("slow") for _ in range(1000))
+    async with Producer(
+        fake.bootstrap, retries=1000, retry_backoff_ms=20, delivery_timeout_ms=400
+    ) as producer:
+        started = time.perf_counter()
+        with pytest.raises(RequestTimeoutError):
+            await producer.send_and_wait("t", b"a", partition=0)
+        elapsed = time.perf_counter() - started
+    assert 0.4 <= elapsed < 3.0  # gave up at the delivery timeout, not after 1000 tries
+    assert len(fake.faults.produce_errors[("t", 0)]) > 900
+
+
 async def test_acks_none_and_leader(fake: FakeCluster) -> None:
     async with Producer(fake.bootstrap, acks="none") as producer:
         meta = await producer.send_and_wait("t", b"fire", partition=0)

@@ -66,6 +66,7 @@ class Producer:
         retries: int = 10,
         retry_backoff_ms: float = 100,
         request_timeout_ms: int = 30_000,
+        delivery_timeout_ms: int = 120_000,
         metadata_timeout_ms: int = 5_000,
         partitioner: Partitioner | None = None,
         idempotent: bool = True,
@@ -79,6 +80,7 @@ class Producer:
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
         self.request_timeout = request_timeout_ms / 1000
+        self.delivery_timeout = delivery_timeout_ms / 1000
         self.metadata_timeout = metadata_timeout_ms / 1000
         self.buffer_bytes = buffer_bytes
         self._batch_bytes = batch_bytes
@@ -335,7 +337,9 @@ class Producer:
         accumulator = self._accumulator
         cluster = self._cluster
         assert accumulator is not None and cluster is not None
-        if is_retriable(error) and batch.attempts < self.retries:
+        now = asyncio.get_running_loop().time()
+        in_time = now - batch.created < self.delivery_timeout
+        if is_retriable(error) and batch.attempts < self.retries and in_time:
             delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
             hinted = isinstance(error, NotLeaderError) and cluster.note_leader(
                 batch.tp, error.leader_id, error.leader_address
@@ -345,7 +349,7 @@ class Producer:
             else:
                 self._refresh_metadata()
             log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts + 1, error=str(error))
-            accumulator.requeue(batch, asyncio.get_running_loop().time() + delay)
+            accumulator.requeue(batch, now + delay)
             self._wakeup.set()
             return
         log.warning(
