@@ -114,17 +114,16 @@ def _varint(buf: bytes, p: int) -> tuple[int, int]:
             raise CorruptBatchError(f"varint too long at byte {p}")
 
 
-def _hop(buf: bytes, span: BatchSpan, bodies: array, ends: array) -> None:
-    """Record boundaries of one batch: where each record's body starts and where it ends.
+_MIN_RUN = 16
+"""Shortest run of same-size records worth locating with Arrow kernels instead of a loop."""
 
-    The only per-record Python loop; every field inside the records is decoded afterwards,
-    for all records of a fetch at once, by Arrow kernels.
-    """
-    p = span.position + HEADER_SIZE
-    limit = span.position + span.length
+
+def _hop(buf: bytes, p: int, count: int, bodies: array, ends: array) -> int:
+    """Walk ``count`` records from byte ``p``, noting where each body starts and each record
+    ends; returns the position after the last one. The per-record loop of the decoder."""
     body = bodies.append
     end = ends.append
-    for _ in range(span.record_count):
+    for _ in range(count):
         b = buf[p]
         if b < 0x80:  # one-byte zigzag length (a length is never negative)
             p += 1
@@ -138,15 +137,99 @@ def _hop(buf: bytes, span: BatchSpan, bodies: array, ends: array) -> None:
             else:
                 length, p = _varint(buf, p)
                 if length < 0:
-                    raise CorruptBatchError(f"negative record length at offset {span.base_offset}")
+                    raise CorruptBatchError(f"negative record length at byte {p}")
             body(p)
             p += length
         end(p)
+    return p
+
+
+def _same_size_run(buf: bytes, data: pa.Array, p: int, limit: int, most: int) -> tuple:
+    """How many records from ``p`` on have the same size as the one at ``p`` (vectorized).
+
+    Records of one producer batch mostly share a size, changing only where a varint grows
+    (offset delta 64, 8192, ...). If the record at p + k*size starts with the same length
+    varint for every k < run, those are exactly the boundaries a loop would find.
+    Returns (run, body starts, record ends, size).
+    """
+    length, body = _varint(buf, p)
+    width = body - p
+    size = width + length
+    if length < 0 or size <= 0:
+        raise CorruptBatchError(f"bad record length {length} at byte {p}")
+    fits = min(most, (limit - p) // size)
+    if fits < _MIN_RUN:
+        return 0, None, None, size
+    prefix = buf[p:body]
+    for k in range(1, _MIN_RUN):  # cheap early exit for batches of varied sizes
+        q = p + k * size
+        if buf[q : q + width] != prefix:
+            return 0, None, None, size
+    starts = pc.add(
+        pc.multiply(_RAMPS.ramp(fits), pa.scalar(size, pa.int32())), pa.scalar(p, pa.int32())
+    )
+    same = None
+    for i in range(width):
+        at = pc.add(starts, pa.scalar(i, pa.int32())) if i else starts
+        equal = pc.equal(pc.take(data, at), pa.scalar(buf[p + i], pa.uint8()))
+        same = equal if same is None else pc.and_(same, equal)
+    first_other = pc.index(same, False).as_py()
+    run = fits if first_other < 0 else first_other
+    if run < _MIN_RUN:
+        return 0, None, None, size
+    bodies = pc.add(starts.slice(0, run), pa.scalar(width, pa.int32()))
+    return run, bodies, pc.add(bodies, pa.scalar(length, pa.int32())), size
+
+
+def _boundaries(buf: bytes, data: pa.Array, span: BatchSpan) -> tuple[pa.Array, pa.Array]:
+    """Where each record of one batch has its body and where it ends.
+
+    Runs of same-size records are located by Arrow kernels; the rest is walked in Python,
+    in stretches that grow after each failed attempt (a failed attempt costs a few byte
+    comparisons), so batches of all-different sizes cost little more than a plain loop.
+    """
+    p = span.position + HEADER_SIZE
+    limit = span.position + span.length
+    left = span.record_count
+    body_parts: list[pa.Array] = []
+    end_parts: list[pa.Array] = []
+    bodies = array("i")
+    ends = array("i")
+    stretch = 32
+    while left > 0:
+        run, run_bodies, run_ends, size = _same_size_run(buf, data, p, limit, left)
+        if run:
+            if bodies:
+                body_parts.append(
+                    pa.Array.from_buffers(pa.int32(), len(bodies), [None, pa.py_buffer(bodies)])
+                )
+                end_parts.append(
+                    pa.Array.from_buffers(pa.int32(), len(ends), [None, pa.py_buffer(ends)])
+                )
+                bodies, ends = array("i"), array("i")
+            body_parts.append(run_bodies)
+            end_parts.append(run_ends)
+            p += run * size
+            left -= run
+            stretch = 32
+            continue
+        count = min(left, stretch)
+        p = _hop(buf, p, count, bodies, ends)
+        left -= count
+        stretch = min(2 * stretch, 256)
+        if p > limit:
+            break
     if p != limit:
         raise CorruptBatchError(
             f"records of the batch at offset {span.base_offset} do not fill it "
             f"({p - span.position} of {span.length} bytes)"
         )
+    if bodies:
+        body_parts.append(
+            pa.Array.from_buffers(pa.int32(), len(bodies), [None, pa.py_buffer(bodies)])
+        )
+        end_parts.append(pa.Array.from_buffers(pa.int32(), len(ends), [None, pa.py_buffer(ends)]))
+    return pa.concat_arrays(body_parts), pa.concat_arrays(end_parts)
 
 
 _U7 = pa.scalar(0x7F, pa.int64())
@@ -282,8 +365,10 @@ def decode_chunk(
     Control batches are skipped (they occupy offsets but carry no user records). ``schema`` is
     the Arrow schema Spark expects; headers are decoded only if it has a ``headers`` field.
     """
-    bodies = array("i")
-    ends = array("i")
+    raw = pa.py_buffer(buf)
+    data = pa.Array.from_buffers(pa.uint8(), len(buf), [None, raw])
+    bodies: list[pa.Array] = []
+    ends: list[pa.Array] = []
     bases: list[pa.Array] = []
     first_ts: list[pa.Array] = []
     next_offset = start
@@ -294,19 +379,19 @@ def decode_chunk(
         if span.base_offset >= end:
             break
         if not span.control and span.record_count > 0:
-            _hop(buf, span, bodies, ends)
+            bounds = _boundaries(buf, data, span)
+            bodies.append(bounds[0])
+            ends.append(bounds[1])
             bases.append(pa.repeat(pa.scalar(span.base_offset, pa.int64()), span.record_count))
             first_ts.append(
                 pa.repeat(pa.scalar(span.first_timestamp, pa.int64()), span.record_count)
             )
         next_offset = span.last_offset + 1
-    n = len(bodies)
-    if n == 0:
+    if not bodies:
         return DecodedChunk(None, next_offset)
-    raw = pa.py_buffer(buf)
-    data = pa.Array.from_buffers(pa.uint8(), len(buf), [None, raw])
-    record_ends = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ends)])
-    pos = pc.add(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bodies)]), 1)
+    record_ends = pa.concat_arrays(ends)
+    pos = pc.add(pa.concat_arrays(bodies), pa.scalar(1, pa.int32()))
+    n = len(pos)
     try:
         ts_delta, pos = _varints(data, pos)
         offset_delta, pos = _varints(data, pos)
@@ -334,7 +419,8 @@ def decode_chunk(
     if "headers" in schema.names:
         header_pos = pos.to_pylist()
         offset_list = offsets.to_pylist()
-        header_rows = [_headers(buf, header_pos[i], ends[i], offset_list[i]) for i in range(n)]
+        end_list = record_ends.to_pylist()
+        header_rows = [_headers(buf, header_pos[i], end_list[i], offset_list[i]) for i in range(n)]
         arrays.append(pa.array(header_rows, schema.field("headers").type))
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     first, last = offsets[0].as_py(), offsets[n - 1].as_py()

@@ -1,0 +1,220 @@
+"""Spark source read throughput against the ceiling of a trivial in-memory Arrow source.
+
+    python bench/spark_bench.py --quick
+
+Starts a local 3-node laminar cluster (temp dir), produces N 100-byte records into a topic,
+then times a batch query `spark.read.format("laminar") ... .write.format("noop")` over all of
+them, and the same query over a Python data source that yields pre-built Arrow batches of the
+same schema, row count, partition count and batch size (what Spark itself can take from a
+Python source on this machine). Last line: one JSON object with rows_per_s,
+ceiling_rows_per_s and ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+
+from laminar.client import Admin, Producer  # noqa: E402
+from laminar.client.localcluster import LocalCluster  # noqa: E402
+from spark_source.schema import arrow_schema, spark_schema  # noqa: E402
+
+TOPIC = "spark-bench"
+VALUE_BYTES = 100
+
+
+class CeilingSource(DataSource):
+    """Yields the same pre-built Arrow batch over and over: no I/O, no decoding."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "laminar_bench_ceiling"
+
+    def schema(self):
+        return spark_schema(False)
+
+    def reader(self, schema) -> DataSourceReader:
+        return CeilingReader(
+            int(self.options["rows"]), int(self.options["partitions"]), int(self.options["batch"])
+        )
+
+
+class CeilingReader(DataSourceReader):
+    def __init__(self, rows: int, partitions: int, batch: int) -> None:
+        self.rows, self.parts, self.batch = rows, partitions, batch
+
+    def partitions(self) -> list[InputPartition]:
+        share = self.rows // self.parts
+        return [
+            InputPartition((i, share + (self.rows % self.parts if i == 0 else 0)))
+            for i in range(self.parts)
+        ]
+
+    def read(self, partition: InputPartition):
+        index, rows = partition.value
+        schema = arrow_schema(spark_schema(False))
+        n = min(self.batch, rows)
+        batch = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(n, pa.binary()),
+                pa.array([b"v" * VALUE_BYTES] * n, pa.binary()),
+                pa.array([TOPIC] * n, pa.string()),
+                pa.array([index] * n, pa.int32()),
+                pa.array(range(n), pa.int64()),
+                pa.array([1_700_000_000_000_000] * n, pa.int64()).view(pa.timestamp("us", "UTC")),
+                pa.array([0] * n, pa.int32()),
+            ],
+            schema=schema,
+        )
+        left = rows
+        while left > 0:
+            yield batch if left >= n else batch.slice(0, left)
+            left -= n
+
+
+def free_ports(count: int) -> list[tuple[int, int]]:
+    """(client port, peer port) pairs; the peer port is also free for UDP (gossip)."""
+    pairs: list[tuple[int, int]] = []
+    held: list[socket.socket] = []
+    try:
+        while len(pairs) < count:
+            client = socket.socket()
+            client.bind(("127.0.0.1", 0))
+            peer = socket.socket()
+            peer.bind(("127.0.0.1", 0))
+            held += [client, peer]
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                udp.bind(("127.0.0.1", peer.getsockname()[1]))
+            except OSError:
+                continue
+            held.append(udp)
+            pairs.append((client.getsockname()[1], peer.getsockname()[1]))
+    finally:
+        for sock in held:
+            sock.close()
+    return pairs
+
+
+async def fill_topic(bootstrap: str, records: int, partitions: int) -> None:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(TOPIC, partitions=partitions, replication_factor=3)
+        await admin.cluster.wait_for_topic(TOPIC, 30)
+    value = b"x" * VALUE_BYTES
+    async with Producer(bootstrap, linger_ms=5) as producer:
+        last = None
+        for i in range(records):
+            last = await producer.send(TOPIC, value, partition=i % partitions)
+        await producer.flush()
+        assert last is not None
+        await last
+
+
+def make_spark(workdir: Path, cores: int):
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    log4j = workdir / "log4j2.properties"
+    log4j.write_text(
+        "rootLogger.level = error\nrootLogger.appenderRef.stderr.ref = console\n"
+        "appender.console.type = Console\nappender.console.name = console\n"
+        "appender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\n"
+        "appender.console.layout.pattern = %m%n\n"
+    )
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName("laminar-spark-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log4j}")
+        .config("spark.sql.warehouse.dir", str(workdir / "warehouse"))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from spark_source import register
+
+    register(spark)
+    spark.dataSource.register(CeilingSource)
+    return spark
+
+
+def timed(df) -> float:
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 timed run of each query")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs (best counts)")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    workdir = Path(tempfile.mkdtemp(prefix="laminar-spark-bench-"))
+    cluster = LocalCluster(workdir / "cluster", free_ports(3), log_level="warning")
+    try:
+        cluster.start()
+        asyncio.run(cluster.wait_ready(60))
+        started = time.perf_counter()
+        asyncio.run(fill_topic(cluster.bootstrap, args.records, args.partitions))
+        produce_s = time.perf_counter() - started
+        print(f"produced {args.records} records in {produce_s:.1f} s", flush=True)
+        spark = make_spark(workdir, args.cores)
+        source = (
+            spark.read.format("laminar")
+            .option("bootstrap", cluster.bootstrap)
+            .option("subscribe", TOPIC)
+            .load()
+        )
+        rows = source.count()  # also the warm-up: first use of a Python source is slow
+        assert rows == args.records, f"read {rows} rows, produced {args.records}"
+        batch_rows = (4 * 1024 * 1024) // (VALUE_BYTES + 12)  # rows per 4 MiB fetch
+        ceiling = (
+            spark.read.format("laminar_bench_ceiling")
+            .option("rows", str(args.records))
+            .option("partitions", str(args.partitions))
+            .option("batch", str(batch_rows))
+            .load()
+        )
+        assert ceiling.count() == args.records
+        source_s = min(timed(source) for _ in range(runs))
+        ceiling_s = min(timed(ceiling) for _ in range(runs))
+        spark.stop()
+    finally:
+        cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    result = {
+        "bench": "spark_source_batch_read",
+        "records": args.records,
+        "value_bytes": VALUE_BYTES,
+        "partitions": args.partitions,
+        "spark": f"local[{args.cores}], noop sink, best of {runs}",
+        "seconds": round(source_s, 3),
+        "ceiling_seconds": round(ceiling_s, 3),
+        "rows_per_s": round(args.records / source_s),
+        "ceiling_rows_per_s": round(args.records / ceiling_s),
+        "ratio": round(ceiling_s / source_s, 3),
+        "produce_rows_per_s": round(args.records / produce_s),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
