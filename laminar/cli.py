@@ -315,6 +315,12 @@ def dev(
     if ports[-1][1] > 65535:
         fail("--base-port is too high for that many nodes")
     cluster = LocalCluster(data_dir, ports)
+    busy = cluster.busy_addresses()
+    if busy:
+        fail(
+            f"{', '.join(busy)} already in use (another `laminar dev`?); "
+            "stop it or pick another --base-port"
+        )
     code = uvloop.run(_dev(cluster, topic, ready_timeout))
     raise typer.Exit(code)
 

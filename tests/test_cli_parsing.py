@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -153,3 +154,22 @@ def test_help_lists_every_command() -> None:
         check=False,
     )
     assert module.returncode == 0 and "status" in module.stdout
+
+
+def test_dev_refuses_ports_in_use(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [LAMINAR, "dev", "--base-port", str(port), "--nodes", "1"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: 127.0.0.1:{port} already in use")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / ".laminar").exists()  # nothing started, nothing written

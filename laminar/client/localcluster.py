@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from typing import IO
 from laminar.client.admin import Admin
 from laminar.client.descriptions import ClusterStatus
 from laminar.errors import LaminarError
+from laminar.transport import split_address
 
 PR_SET_PDEATHSIG = 1
 
@@ -118,6 +120,25 @@ class LocalCluster:
             self.log_level,
             *self.extra_args,
         ]
+
+    def busy_addresses(self) -> list[str]:
+        """Node addresses something else already listens on (TCP, and UDP for gossip)."""
+        busy: list[str] = []
+        for node in self.nodes.values():
+            checks = [(node.client_address, (socket.SOCK_STREAM,))]
+            checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
+            for address, kinds in checks:
+                host, port = split_address(address)
+                for kind in kinds:
+                    with socket.socket(socket.AF_INET, kind) as probe:
+                        if kind == socket.SOCK_STREAM:
+                            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        try:
+                            probe.bind((host, port))
+                        except OSError:
+                            busy.append(address)
+                            break
+        return busy
 
     def start(self) -> None:
         for node_id in self.nodes:
