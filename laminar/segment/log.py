@@ -10,16 +10,15 @@ before it started.
 from __future__ import annotations
 
 import fcntl
-import itertools
 import os
 import re
 import struct
 import threading
 import time
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
-from itertools import groupby
+from itertools import groupby, pairwise
 from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
@@ -169,7 +168,7 @@ class PartitionLog:
                 )
             segments = [
                 Segment.open_sealed(directory, base, nxt, interval)
-                for base, nxt in itertools.pairwise(ordered)
+                for base, nxt in pairwise(ordered)
             ]
             active = Segment.recover_active(directory, ordered[-1], interval)
             segments.append(active)
@@ -416,8 +415,6 @@ class PartitionLog:
 
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose batch max_timestamp >= ts_ms, from the indexes' running max."""
-        from bisect import bisect_left
-
         for seg in self._segments:
             if seg.max_ts < ts_ms:
                 continue
