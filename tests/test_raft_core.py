@@ -462,3 +462,20 @@ def test_status_reports_peer_progress_on_the_leader() -> None:
     assert set(st.progress) == {1, 2, 3}
     assert all(p.match == net[1].last_index for p in st.progress.values())
     assert net[2].status().progress == {}
+
+
+def test_group_quiesces_without_a_follower_reported_down_and_wakes_when_it_returns() -> None:
+    net = leader_net()
+    net.isolate(3)
+    net[1].propose(b"a")
+    net.tick_all(3)
+    assert not net[1].quiesced  # still waiting for 3
+    net[1].report_node_down(3)
+    net.tick_all(2)
+    assert net[1].quiesced and net[2].quiesced
+    net.heal()
+    net.tick(3, 3 * ET)  # 3 times out and pre-votes: the leader wakes up and catches it up
+    net.deliver()
+    net.tick_all(3)
+    assert net[3].leader_id == 1 and net[3].commit == net[1].commit
+    assert net[1].role == Role.LEADER

@@ -126,6 +126,7 @@ class RaftNode:
         self.read_states: list[tuple[bytes, int]] = []
         self.transferee = 0
         self._quiesced = False
+        self._down: set[int] = set()
         self._persisted = last  # what storage holds at construction is durable
         self._noop_index = _NO_LIMIT
         # Configuration: base (as of base.index) plus CONFIG entries above it, oldest first.
@@ -328,7 +329,9 @@ class RaftNode:
             pr = self._new_progress(last + 1)
             pr.learner = nid in learners
             self.prs[nid] = pr
-        me = self.prs[self.id]
+        me = self.prs.get(self.id)
+        if me is None:  # cannot happen through campaign(); keep the leader self-consistent
+            me = self.prs[self.id] = self._new_progress(last + 1)
         me.match = min(self._persisted, last)
         me.next = last + 1
         me.recent_active = True
@@ -375,9 +378,13 @@ class RaftNode:
             return False
         c = self.commit
         me = self.id
-        return all(
-            pr.match == last and (nid == me or pr.commit >= c) for nid, pr in self.prs.items()
-        )
+        down = self._down
+        for nid, pr in self.prs.items():
+            if nid in down:
+                continue
+            if pr.match != last or (nid != me and pr.commit < c):
+                return False
+        return True
 
     def _bcast_heartbeat(self) -> None:
         quiesce = self._can_quiesce()
@@ -439,8 +446,12 @@ class RaftNode:
         return res
 
     def report_node_down(self, node_id: int) -> None:
-        """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us."""
+        """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us.
+
+        Until ``node_id`` is heard from again, the leader does not wait for it to quiesce.
+        """
         self._quiesced = False
+        self._down.add(node_id)
         if self.role != LEADER and node_id == self.lead:
             self.lead = 0
             self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
@@ -453,15 +464,17 @@ class RaftNode:
             return
         try:
             self._step(m)
-        except (CompactedError, UnavailableError, TypeError, AttributeError, ValueError):
-            # A malformed message may point anywhere; nothing was changed before the lookup
-            # that failed, so dropping it is safe.
+        except (CompactedError, UnavailableError):
+            # A malformed message may point outside the log; every lookup happens before the
+            # handler changes anything, so dropping the message is safe.
             return
 
     def _step(self, m: Message) -> None:
         t = m.type
         if t not in _LIVENESS_TYPES:
             self._quiesced = False
+        if self._down:
+            self._down.discard(m.frm)
         if m.term > self.term:
             if t in (VOTE, PRE_VOTE):
                 force = m.context == TRANSFER_CTX

@@ -100,7 +100,9 @@ class Ready:
     ``entries[0].index`` when it is <= the storage's last index, then append; make entries and
     then ``hard_state``/``conf_state`` (together) durable; send ``messages`` (the ones with
     ``after_persist`` only after that durability); apply ``committed_entries``; call
-    ``advance``. Report durability with ``RaftNode.persisted``.
+    ``advance``. Report durability with ``RaftNode.persisted``. After a ``reset`` the committed
+    entries below the new start are never delivered: an application that consumes
+    ``committed_entries`` must restore its state from elsewhere.
     """
 
     hard_state: HardState | None
