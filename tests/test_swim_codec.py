@@ -18,6 +18,7 @@ from laminar.membership.messages import (
     Ack,
     Gossip,
     Message,
+    Nack,
     Ping,
     PingReq,
     Sync,
@@ -45,6 +46,7 @@ updates = st.lists(
 messages = st.one_of(
     st.builds(Ping, source_id=ids, seq=u64, target_id=u64, updates=updates),
     st.builds(Ack, source_id=ids, seq=u64, updates=updates),
+    st.builds(Nack, source_id=ids, seq=u64, updates=updates),
     st.builds(
         PingReq,
         source_id=ids,

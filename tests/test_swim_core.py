@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from laminar.membership.broadcast import BroadcastQueue
-from laminar.membership.messages import Ack, Gossip, Ping, PingReq, Sync, Update
+from laminar.membership.messages import Ack, Gossip, Nack, Ping, PingReq, Sync, Update
 from laminar.membership.suspicion import Suspicion
 from laminar.membership.swim import EventKind, MemberState, Swim, SwimConfig
 
@@ -133,6 +133,59 @@ def test_helper_relays_ping_req_and_forwards_the_ack() -> None:
     swim.receive(B, Ack(2, ping.seq))
     ((addr, ack),) = swim.outbox()
     assert addr == C and isinstance(ack, Ack) and ack.seq == 77
+
+
+def test_helper_nacks_when_the_target_stays_silent() -> None:
+    swim = make(ack_timeout_ticks=4)
+    swim.receive(C, PingReq(3, 77, 2, B))
+    swim.outbox()
+    out = run(swim, 2)
+    assert [(a, type(m).__name__, m.seq) for a, m in out] == [(C, "Nack", 77)]
+    swim.receive(C, PingReq(3, 78, 2, B))
+    ((_, ping),) = swim.outbox()
+    swim.receive(B, Ack(2, ping.seq))  # answered in time: the ack is forwarded, no nack
+    assert [type(m).__name__ for _, m in swim.outbox() + run(swim, 5)] == ["Ack"]
+
+
+Sent = list[tuple[str, object]]
+
+
+def _probe_period(swim: Swim, pending: Sent, ack: bool, nack: bool) -> tuple[int, Sent]:
+    """Answer one whole probe as told, from its ping (in ``pending``) to the next probe's start.
+
+    Returns the ticks it took and the datagrams of that last tick (the next probe's ping).
+    """
+    ticks = 0
+    while True:
+        for addr, message in pending:
+            if isinstance(message, Ping) and ack:
+                swim.receive(addr, Ack(message.target_id, message.seq))
+            if isinstance(message, PingReq) and nack:
+                swim.receive(addr, Nack(9, message.seq))
+        swim.tick()
+        ticks += 1
+        pending = swim.outbox()
+        probe = swim._probe
+        if probe and any(isinstance(m, Ping) and m.seq == probe.seq for _, m in pending):
+            return ticks, pending
+
+
+def test_local_health_stretches_probing_when_our_probes_fail_without_nacks() -> None:
+    swim = make(protocol_period_ticks=10, ack_timeout_ticks=4)
+    for node_id in range(2, 7):
+        addr = f"10.0.0.{node_id}:7946"
+        swim.receive(addr, Sync(node_id, (alive(node_id, addr),), False))
+    _, pending = _probe_period(swim, swim.outbox(), ack=False, nack=False)  # up to a first probe
+    ticks, pending = _probe_period(swim, pending, ack=False, nack=True)
+    assert (ticks, swim.health) == (10, 0)  # helpers answered: our network is fine
+    ticks, pending = _probe_period(swim, pending, ack=False, nack=False)
+    assert (ticks, swim.health) == (10, 3)  # three helpers, not one nack: we are the problem
+    ticks, pending = _probe_period(swim, pending, ack=True, nack=False)
+    assert (ticks, swim.health) == (40, 2)  # the period was stretched 4x; an ack heals a step
+    ticks, pending = _probe_period(swim, pending, ack=True, nack=False)
+    assert (ticks, swim.health) == (30, 1)
+    swim.receive(B, Gossip(2, (Update(1, A, swim.incarnation, MemberState.SUSPECT, {}, 2),)))
+    assert swim.health == 2  # having to refute an accusation costs a step
 
 
 def test_suspicion_is_refuted_with_a_higher_incarnation() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from laminar import schemas
 from laminar.errors import ProtocolError
 from laminar.framing import decode_datagram, encode_frame
-from laminar.membership.messages import Ack, Gossip, Message, Ping, PingReq, Sync, Update
+from laminar.membership.messages import Ack, Gossip, Message, Nack, Ping, PingReq, Sync, Update
 from laminar.membership.state import MAX_INCARNATION, MemberState
 
 FRAME_KIND = 0x53  # "S": the frame kind of every SWIM datagram
@@ -56,6 +56,8 @@ def encode(message: Message) -> bytes:
             ping.targetId = message.target_id
         case Ack():
             body.init("ack").seq = message.seq
+        case Nack():
+            body.init("nack").seq = message.seq
         case PingReq():
             req = body.init("pingReq")
             req.seq = message.seq
@@ -106,6 +108,8 @@ def _read(root: Any) -> Message:
         return Ping(source, body.ping.seq, body.ping.targetId, updates)
     if which == "ack":
         return Ack(source, body.ack.seq, updates)
+    if which == "nack":
+        return Nack(source, body.nack.seq, updates)
     if which == "pingReq":
         req = body.pingReq
         if not req.targetAddress:

@@ -36,6 +36,15 @@ class Ack:
 
 
 @dataclass(frozen=True, slots=True)
+class Nack:
+    """A ping-req helper got no ack from the target in time (the helper is reachable, though)."""
+
+    source_id: int
+    seq: int
+    updates: tuple[Update, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PingReq:
     """Ask the receiver to ping ``target`` on the sender's behalf and forward the ack."""
 
@@ -64,7 +73,7 @@ class Gossip:
     updates: tuple[Update, ...] = ()
 
 
-Message = Ping | Ack | PingReq | Sync | Gossip
+Message = Ping | Ack | Nack | PingReq | Sync | Gossip
 
 # Upper bounds on the Cap'n Proto encoding, used to fill datagrams without encoding twice.
 # Frame header, root, union body and two list headers; a ping-req adds text_size(target_address).

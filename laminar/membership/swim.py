@@ -24,6 +24,7 @@ from laminar.membership.messages import (
     Ack,
     Gossip,
     Message,
+    Nack,
     Ping,
     PingReq,
     Sync,
@@ -64,6 +65,9 @@ class SwimConfig:
     sync_period_ticks: int = 300
     join_retry_ticks: int = 20
     max_datagram_bytes: int = 1400
+    # Lifeguard local health: probe timing is stretched up to this factor while our own probes
+    # fail without the helpers' nacks that would show our network is fine.
+    awareness_max: int = 8
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -75,6 +79,8 @@ class SwimConfig:
             raise ValueError("indirect_checks, suspicion_mult and retransmit_mult must be >= 0/1")
         if self.suspicion_max_mult < 1 or self.sync_period_ticks < 1:
             raise ValueError("suspicion_max_mult and sync_period_ticks must be >= 1")
+        if self.awareness_max < 1:
+            raise ValueError("awareness_max must be at least 1")
         if self.max_datagram_bytes < 512:
             raise ValueError("max_datagram_bytes must be at least 512")
 
@@ -83,9 +89,11 @@ class SwimConfig:
 class _Probe:
     target_id: int
     seq: int
-    started: int
+    indirect_at: int  # when to fall back to ping-req
     indirect_sent: bool = False
     acked: bool = False
+    expected_nacks: int = 0
+    nacks: int = 0
 
 
 @dataclass(slots=True)
@@ -94,7 +102,9 @@ class _Relay:
 
     address: str
     seq: int
+    nack_at: int
     expires: int
+    nacked: bool = False
 
 
 @dataclass(slots=True)
@@ -128,6 +138,7 @@ class Swim:
         self._check_size()
         self._members: dict[int, Member] = {node_id: self._self}
         self._live_count = 1
+        self._health = 0  # Lifeguard local health score: 0 (healthy) .. awareness_max - 1
         self._order: list[int] = []
         self._order_pos = 0
         self._probe: _Probe | None = None
@@ -167,6 +178,11 @@ class Swim:
     @property
     def incarnation(self) -> int:
         return self._self.incarnation
+
+    @property
+    def health(self) -> int:
+        """Local health score (0 = healthy); probe timing is stretched by ``health + 1``."""
+        return self._health
 
     def members(self) -> list[Member]:
         """Every known member including this one, sorted by node id (copies)."""
@@ -227,12 +243,12 @@ class Swim:
             probe is not None
             and not probe.acked
             and not probe.indirect_sent
-            and now >= probe.started + self.config.ack_timeout_ticks
+            and now >= probe.indirect_at
         ):
             self._send_indirect(probe)
         if now >= self._next_probe:
-            self._next_probe = now + self.config.protocol_period_ticks
             self._finish_probe()
+            self._next_probe = now + self._scaled(self.config.protocol_period_ticks)
             if active:
                 self._start_probe()
         if self._suspicions:
@@ -245,8 +261,7 @@ class Swim:
                 else:
                     self._last_check(node_id, suspicion)
         if self._relays:
-            for seq in [s for s, r in self._relays.items() if r.expires <= now]:
-                del self._relays[seq]
+            self._tick_relays(now)
         if active and now >= self._next_sync:
             self._next_sync = now + self.config.sync_period_ticks
             self._periodic_sync()
@@ -274,12 +289,17 @@ class Swim:
                 self._send(from_address, Ack(self._id, message.seq, self._reply_updates()))
             case Ack():
                 self._on_ack(message)
+            case Nack():
+                if self._probe is not None and message.seq == self._probe.seq:
+                    self._probe.nacks += 1
             case PingReq():
                 if self._self.state is MemberState.LEFT:
                     return
                 seq = self._next_seq()
-                expires = self._now + self.config.protocol_period_ticks
-                self._relays[seq] = _Relay(from_address, message.seq, expires)
+                now = self._now
+                nack_at = now + max(1, self.config.ack_timeout_ticks // 2)
+                expires = now + self.config.protocol_period_ticks
+                self._relays[seq] = _Relay(from_address, message.seq, nack_at, expires)
                 target = self._members.get(message.target_id)
                 buddy = self._buddy(target) if target is not None else ()
                 updates = buddy + self._piggyback(_size(buddy), skip={message.target_id})
@@ -300,7 +320,8 @@ class Swim:
         if target is None:
             self._probe = None
             return
-        probe = _Probe(target.node_id, self._next_seq(), self._now)
+        indirect_at = self._now + self._scaled(self.config.ack_timeout_ticks)
+        probe = _Probe(target.node_id, self._next_seq(), indirect_at)
         self._probe = probe
         self.stats.probes += 1
         buddy = self._buddy(target)
@@ -334,6 +355,7 @@ class Swim:
         # The helper learns the accusation too, so its ping tells the suspect (buddy system).
         buddy = self._buddy(target)
         used = text_size(target.address) + _size(buddy)
+        probe.expected_nacks = len(helpers)
         for helper in helpers:
             updates = buddy + self._piggyback(used, skip={target.node_id})
             req = PingReq(self._id, probe.seq, target.node_id, target.address, updates)
@@ -341,12 +363,32 @@ class Swim:
 
     def _finish_probe(self) -> None:
         probe, self._probe = self._probe, None
-        if probe is None or probe.acked:
+        if probe is None:
             return
+        if probe.acked:
+            self._adjust_health(-1)
+            return
+        # Lifeguard: missing nacks mean our own network or process is the problem, not the target.
+        missing = probe.expected_nacks - probe.nacks if probe.expected_nacks else 1
+        self._adjust_health(missing)
         self.stats.probes_failed += 1
         target = self._members.get(probe.target_id)
         if target is not None and target.state in LIVE_STATES:
             self._suspect(target.node_id, target.incarnation, self._id)
+
+    def _tick_relays(self, now: int) -> None:
+        for seq, relay in list(self._relays.items()):
+            if relay.expires <= now:
+                del self._relays[seq]
+            elif not relay.nacked and now >= relay.nack_at:
+                relay.nacked = True
+                self._send(relay.address, Nack(self._id, relay.seq, self._piggyback()))
+
+    def _scaled(self, ticks: int) -> int:
+        return ticks * (self._health + 1)
+
+    def _adjust_health(self, delta: int) -> None:
+        self._health = min(max(self._health + delta, 0), self.config.awareness_max - 1)
 
     def _on_ack(self, ack: Ack) -> None:
         probe = self._probe
@@ -450,6 +492,7 @@ class Swim:
 
     def _refute(self, seen: int) -> None:
         self.stats.refutations += 1
+        self._adjust_health(1)  # being suspected hints that we are the slow one
         self._self.incarnation = max(self._self.incarnation, seen) + 1
         self._broadcast_self()
 

@@ -33,6 +33,12 @@ struct Ack {
   seq @0 :UInt64;
 }
 
+# Sent by a ping-req helper whose ping of the target got no ack in time: the requester learns
+# that its own link to the helper works (Lifeguard's local health awareness).
+struct Nack {
+  seq @0 :UInt64;
+}
+
 struct PingReq {
   seq @0 :UInt64;
   targetId @1 :UInt64;
@@ -54,5 +60,6 @@ struct SwimMessage {
     pingReq @4 :PingReq;
     sync @5 :Sync;
     gossip @6 :Void;
+    nack @7 :Nack;
   }
 }
