@@ -1,0 +1,1 @@
+"""laminar test suite (a package so tests can share fixtures as tests.*)."""
