@@ -32,7 +32,6 @@ from laminar.segment.batch import (
     HEADER_SIZE,
     BatchHeader,
     check_batch,
-    stamp_prefix,
 )
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
@@ -47,6 +46,7 @@ _NO_LIMIT = 1 << 63
 LOCK_NAME = ".lock"
 MAX_OPEN_SEALED = 8  # sealed segments per log that keep their data file open
 _LENGTH_CRC = struct.Struct("<iI")
+_STAMP = struct.Struct("<qq")  # base_offset, term: the bytes the leader stamps
 
 
 @dataclass
@@ -217,11 +217,14 @@ class PartitionLog:
         self, batch: bytes | bytearray | memoryview, *, term: int, now_ms: int | None = None
     ) -> tuple[int, int]:
         """Leader path: verify, stamp base offset and term, append; returns (base, last)."""
-        self._check_open()
-        mv = _byte_view(batch)
+        if self._closed or self._failed is not None:
+            self._check_open()
+        mv = memoryview(batch)
+        if mv.format != "B":
+            mv = mv.cast("B")
         f = check_batch(mv, self.config.max_batch_bytes)
         base = self._end
-        return self._write(stamp_prefix(base, term), mv[16:], f, base, term, now_ms)
+        return self._write(_STAMP.pack(base, term), mv[16:], f, base, term, now_ms)
 
     def append_stamped(
         self, batch: bytes | bytearray | memoryview, *, now_ms: int | None = None
@@ -253,11 +256,11 @@ class PartitionLog:
             seg = self._roll()
             self._aged(seg, now_ms)
         last = base + f[7]
-        seg.append(prefix, body, length, f[9], base, last, term)
-        if not self._term_values or term != self._term_values[-1]:
+        handle = seg.append(prefix, body, length, f[9], base, last, term)
+        values = self._term_values
+        if not values or term != values[-1]:
             self._term_offsets.append(base)
-            self._term_values.append(term)
-        handle = seg.data
+            values.append(term)
         with self._lock:
             self._end = last + 1
             self._dirty[id(handle)] = handle

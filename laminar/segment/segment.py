@@ -274,16 +274,17 @@ class Segment:
         base: int,
         last: int,
         term: int,
-    ) -> None:
+    ) -> FileHandle:
         """Write prefix+body (one batch of ``length`` bytes, max timestamp ``mx``) at the end;
-        on a failed write the file is cut back."""
+        on a failed write the file is cut back. Returns the data file's handle."""
         pos = self.size
+        handle = self.data
         try:
-            written = os.writev(self.data.fd, (prefix, body))
+            written = os.writev(handle.fd, (prefix, body))
             if written != length:
                 raise OSError(f"short write of {written} of {length} bytes to {self.log_path}")
         except BaseException:
-            os.ftruncate(self.data.fd, pos)
+            os.ftruncate(handle.fd, pos)
             raise
         # the index rules of _track_quiet, inlined for the hot path
         if mx > self.max_ts:
@@ -298,6 +299,7 @@ class Segment:
         self.size = pos + length
         self.end = last + 1
         self.last_term = term
+        return handle
 
     def _track_quiet(self, pos: int, h: BatchHeader) -> None:
         """Apply the index rules to an existing batch (rebuild/recovery); no file writes."""
@@ -322,7 +324,11 @@ class Segment:
             self._pending_time.clear()
 
     def seal(self) -> None:
-        """Make the segment immutable and durable (data and both indexes)."""
+        """Make the segment immutable and its data durable.
+
+        The index files are written but not fsynced: after a power cut a sealed index that
+        lost its tail fails the open-time checks and is rebuilt from the (durable) data file.
+        """
         self.write_pending()
         if self.max_ts > self.tidx.last_timestamp:
             entry = self.tidx.add(self.max_ts, self.max_off, self.max_pos)
@@ -331,7 +337,6 @@ class Segment:
         os.fdatasync(self.data.fd)
         for fh in (self.index_fh, self.time_fh):
             if fh is not None:
-                os.fdatasync(fh.fd)
                 fh.close()
         self.index_fh = self.time_fh = None
         self.tidx = TimeIndex(self.base)  # only the active segment needs it in memory
