@@ -33,6 +33,7 @@ from laminar.raft import (
 
 REPLAY = "LAMINAR_SIM_SEED={seed} .venv/bin/pytest tests/test_raft_sim.py -k replay"
 ELECTION_TICK = 6
+QUIESCE_STEPS = 40
 
 
 class SimFailure(AssertionError):
@@ -97,6 +98,7 @@ class Sim:
         self.p_partition = r.choice((0.0, 0.02))
         self.p_fsync = r.choice((0.3, 0.7, 1.0))
         self.faults = True
+        self.clients = True
         conf = ConfState(tuple(range(1, self.n_voters + 1)))
         for nid in conf.voters:
             self._create_host(nid, conf)
@@ -428,25 +430,28 @@ class Sim:
                 if h.node is None and not h.removed and r.random() < 0.08:
                     self._start(h)
                     self.trace.append((self.now, "restart", h.id))
+                    self.report_up(h.id)
             if self.p_partition and r.random() < self.p_partition:
                 self.partition()
             if self.blocked and r.random() < 0.05:
                 self.blocked.clear()
                 self.trace.append((self.now, "heal"))
+                for h in self.hosts.values():
+                    self.report_up(h.id)
             if r.random() < 0.03:
                 self.conf_change()
             if r.random() < 0.01:
                 self.transfer()
             if r.random() < 0.02:
                 self.compact()
-        if r.random() < 0.03:
+        if self.clients and r.random() < 0.03:
             self.read()
         for h in self.live():
             if not h.node.quiesced and r.random() < 0.95:
                 h.node.tick()
                 self.process(h)
         self.deliver_due()
-        if r.random() < 0.5:
+        if self.clients and r.random() < 0.5:
             self.propose()
         for h in self.live():
             if self.p_fsync >= 1.0 or r.random() < self.p_fsync:
@@ -462,18 +467,43 @@ class Sim:
         for h in self.hosts.values():
             if h.node is None and not h.removed:
                 self._start(h)
+        for h in self.hosts.values():
+            self.report_up(h.id)
         self.trace.append((self.now, "heal-all"))
+
+    def report_up(self, nid: int) -> None:
+        """The liveness layer sees ``nid`` again (restart or healed partition)."""
+        for other in self.live():
+            if other.id != nid:
+                other.node.report_node_up(nid)
 
     def run(self) -> None:
         for _ in range(self.fault_steps):
             self.step()
         self.heal()
-        self.check_liveness()
+        self.check_liveness("final")
+        self.check_quiesce()
+        # Fail the leader of the quiesced group: only report_node_down can wake the followers.
+        leader = self.leader()
+        assert leader is not None
+        self.crash(leader)
+        self.check_liveness("failover")
         self.check_final()
 
-    def check_liveness(self) -> None:
+    def check_quiesce(self) -> None:
+        """Without client traffic a healthy group must go quiet (nobody needs ticks)."""
+        self.clients = False
+        for _ in range(QUIESCE_STEPS):
+            self.step()
+            h = self.leader()
+            if h is not None and all(self.hosts[m].node.quiesced for m in self.members()):
+                self.clients = True
+                return
+        self.fail(f"group did not quiesce within {QUIESCE_STEPS} idle steps")
+
+    def check_liveness(self, tag: str) -> None:
         """After healing, a leader must emerge and a fresh proposal must commit everywhere."""
-        payload = f"s{self.seed}-final".encode()
+        payload = f"s{self.seed}-{tag}".encode()
         proposed_by: tuple[int, int] | None = None
         for _ in range(self.liveness_steps):
             self.step()
@@ -493,7 +523,7 @@ class Sim:
                 continue
             proposed_by = (h.id, h.node.term)
             self.process(h)
-        self.fail(f"no progress within {self.liveness_steps} steps after healing")
+        self.fail(f"no progress within {self.liveness_steps} steps ({tag})")
 
     def members(self) -> list[int]:
         h = self.leader()

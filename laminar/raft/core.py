@@ -13,8 +13,9 @@ Message fields by type (offsets are partition offsets; an entry occupies [index,
   ``commit`` = the follower's commit.
 * VOTE/PRE_VOTE: ``index``/``log_term`` = candidate's last offset and its term; ``context``
   = b"transfer" when a leader transfer forces the election. *_RESP: ``reject``.
-* HEARTBEAT: ``commit`` (capped at the follower's match), ``context`` = read-index round,
-  ``quiesce``. HEARTBEAT_RESP echoes ``context`` and reports ``commit``.
+* HEARTBEAT: ``index`` = the leader's heartbeat round (orders reordered heartbeats),
+  ``commit`` (capped at the follower's match), ``context`` = read-index round, ``quiesce``.
+  HEARTBEAT_RESP echoes ``context`` and reports ``commit``.
 * TIMEOUT_NOW: start an election now (leader transfer).
 * RESET: the follower's needed entries are gone from the leader's log: reset the log to start
   at ``index + 1`` with ``log_term`` as the term before it; ``context`` = the leader's committed
@@ -127,6 +128,8 @@ class RaftNode:
         self.transferee = 0
         self._quiesced = False
         self._down: set[int] = set()
+        self._hb_seq = 0  # heartbeat rounds sent as leader
+        self._hb_seen = -1  # newest heartbeat round seen from the current leader
         self._persisted = last  # what storage holds at construction is durable
         self._noop_index = _NO_LIMIT
         # Configuration: base (as of base.index) plus CONFIG entries above it, oldest first.
@@ -284,6 +287,7 @@ class RaftNode:
             self.term = term
             self.vote = 0
         self.lead = 0
+        self._hb_seen = -1
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self._reset_randomized_timeout()
@@ -387,6 +391,7 @@ class RaftNode:
         return True
 
     def _bcast_heartbeat(self) -> None:
+        self._hb_seq += 1
         quiesce = self._can_quiesce()
         ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
         for nid, pr in self.prs.items():
@@ -397,6 +402,7 @@ class RaftNode:
                         nid,
                         self.id,
                         self.term,
+                        index=self._hb_seq,
                         commit=min(pr.match, self.commit),
                         context=ctx,
                         quiesce=quiesce,
@@ -448,13 +454,21 @@ class RaftNode:
     def report_node_down(self, node_id: int) -> None:
         """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us.
 
-        Until ``node_id`` is heard from again, the leader does not wait for it to quiesce.
+        Until ``report_node_up(node_id)``, a leader does not wait for that node to quiesce and
+        a follower does not let it quiesce the group (a heartbeat still in flight from a dead
+        leader must not put the survivors back to sleep).
         """
         self._quiesced = False
         self._down.add(node_id)
         if self.role != LEADER and node_id == self.lead:
             self.lead = 0
             self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
+
+    def report_node_up(self, node_id: int) -> None:
+        """The peer-liveness layer sees ``node_id`` alive again: include it, wake up."""
+        if node_id in self._down:
+            self._down.discard(node_id)
+            self._quiesced = False
 
     # ----------------------------------------------------------------- step
 
@@ -473,8 +487,6 @@ class RaftNode:
         t = m.type
         if t not in _LIVENESS_TYPES:
             self._quiesced = False
-        if self._down:
-            self._down.discard(m.frm)
         if m.term > self.term:
             if t in (VOTE, PRE_VOTE):
                 force = m.context == TRANSFER_CTX
@@ -637,7 +649,11 @@ class RaftNode:
     def _handle_heartbeat(self, m: Message) -> None:
         c = min(m.commit, self.log.last_index())
         self._commit_to(c)
-        self._quiesced = m.quiesce
+        # HEARTBEAT.index numbers the leader's rounds: a reordered older heartbeat must not
+        # undo the quiesce decision of a newer one.
+        if m.index >= self._hb_seen:
+            self._hb_seen = m.index
+            self._quiesced = m.quiesce and m.frm not in self._down
         self._send(
             Message(
                 HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context, commit=self.commit
@@ -954,6 +970,7 @@ class RaftNode:
         self._bcast_heartbeat_read()
 
     def _bcast_heartbeat_read(self) -> None:
+        self._hb_seq += 1
         ctx = self._read_seq.to_bytes(8, "big")
         for nid, pr in self.prs.items():
             if nid != self.id and not pr.learner:
@@ -963,6 +980,7 @@ class RaftNode:
                         nid,
                         self.id,
                         self.term,
+                        index=self._hb_seq,
                         commit=min(pr.match, self.commit),
                         context=ctx,
                     )
