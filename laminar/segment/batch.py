@@ -246,11 +246,6 @@ def stamp(buf: bytearray | memoryview, base_offset: int, term: int) -> None:
     _STAMP.pack_into(buf, 0, base_offset, term)
 
 
-def stamp_prefix(base_offset: int, term: int) -> bytes:
-    """The 16 stamped bytes, for writing a batch as (prefix, rest) without copying it."""
-    return _STAMP.pack(base_offset, term)
-
-
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
     """Walk concatenated batches; stops at a partial trailing batch (no crc check)."""
     n = len(buf)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from bisect import bisect_right
 from operator import le, lt
 
 OFFSET_ENTRY = struct.Struct("<IIqq")
@@ -52,10 +51,6 @@ class OffsetIndex:
         self.terms.append(term)
         self.max_ts.append(max_ts)
         return OFFSET_ENTRY.pack(offset - self.base, position, term, max_ts)
-
-    def floor(self, offset: int) -> int:
-        """Index of the last entry with entry offset <= offset (-1 if none)."""
-        return bisect_right(self.offsets, offset) - 1
 
     def keep(self, count: int) -> None:
         del self.offsets[count:], self.positions[count:], self.terms[count:]
