@@ -67,6 +67,7 @@ class Simulation:
         self.nodes: dict[int, Swim] = {}
         self.by_address: dict[str, int] = {}
         self.crashed: set[int] = set()
+        self.slow: dict[int, int] = {}  # extra ticks on every datagram to or from a member
         self.side: dict[int, int] = {}  # partition side per node; absent = side 0
         self.in_flight: dict[int, list[tuple[str, str, Message | bytes]]] = defaultdict(list)
         self.events: list[Recorded] = []
@@ -158,6 +159,7 @@ class Simulation:
             stats.dropped += 1
             return
         delay = self.rng.randint(1, self.max_latency)
+        delay += self.slow.get(sender, 0) + self.slow.get(receiver, 0)
         self.in_flight[self.now + delay].append((source, destination, payload))
 
     # -------------------------------------------------------------- observations

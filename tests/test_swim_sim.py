@@ -131,6 +131,33 @@ def test_ten_members_joining_at_once_converge(seed: int, request: pytest.Fixture
     assert not sim.declared(EventKind.DEAD), hint
 
 
+def test_local_health_keeps_a_slow_member_from_accusing_everyone(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A member whose datagrams take 8 extra ticks each way (an overloaded process) fails every
+    probe it makes. Lifeguard's local health stretches its timing instead of letting it accuse
+    the whole cluster; nobody but the slow member itself may ever be declared dead."""
+
+    def accusations(awareness_max: int) -> int:
+        sim = Simulation(seeds_from_env([71])[0], config=SwimConfig(awareness_max=awareness_max))
+        sim.bootstrap(N)
+        assert sim.run_until(sim.converged, CONVERGE_TICKS, every=5) is not None
+        sim.slow[7] = 8
+        start = len(sim.events)
+        sim.run(200 * PERIOD)
+        dead = {r.event.member.node_id for r in sim.declared(EventKind.DEAD)}
+        assert dead <= {7}, f"healthy members declared dead: {dead - {7}}; " + sim.replay_hint(
+            request.node.nodeid
+        )
+        return sum(
+            1 for r in sim.events[start:] if r.observer == 7 and r.event.kind is EventKind.SUSPECT
+        )
+
+    without, with_health = accusations(1), accusations(SwimConfig().awareness_max)
+    assert without > 100  # without it: a false accusation nearly every period
+    assert with_health * 10 < without
+
+
 def test_graceful_leave_is_seen_as_left_not_dead(request: pytest.FixtureRequest) -> None:
     sim = _cluster(seeds_from_env([51])[0])
     sim.nodes[9].leave()

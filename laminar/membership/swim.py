@@ -217,9 +217,7 @@ class Swim:
         self._seeds = []
         update = self._update_of(self._self)
         self._broadcasts.push(update)
-        fanout = max(3, self.config.indirect_checks)
-        for peer in self._pick(fanout, lambda m: m.state is MemberState.ALIVE):
-            self._send(peer.address, Gossip(self._id, (update,)))
+        self._gossip_now(update)
 
     def update_meta(self, meta: Mapping[str, str]) -> None:
         """Replace this member's metadata; a new incarnation carries it to everyone."""
@@ -460,6 +458,12 @@ class Swim:
             # Already refuted, but the sender has not heard: gossip our alive state again.
             self._broadcast_self()
 
+    def _gossip_now(self, update: Update) -> None:
+        """Send news about ourselves straight to a few random members (leave, refutation)."""
+        fanout = max(3, self.config.indirect_checks)
+        for peer in self._pick(fanout, lambda m: m.state is MemberState.ALIVE):
+            self._send(peer.address, Gossip(self._id, (update,)))
+
     def _note_stale(self, update: Update) -> None:
         """Remember members the sender is behind on (an old incarnation, or accusing us)."""
         if update.node_id == self._id:
@@ -495,6 +499,9 @@ class Swim:
         self._adjust_health(1)  # being suspected hints that we are the slow one
         self._self.incarnation = max(self._self.incarnation, seen) + 1
         self._broadcast_self()
+        # Push the refutation out now too: piggy-backing alone waits for our (possibly stretched)
+        # probe period, and the accusers' suspicion timers are already running.
+        self._gossip_now(self._update_of(self._self, self._id))
 
     def _alive(self, update: Update) -> None:
         current = self._members.get(update.node_id)
