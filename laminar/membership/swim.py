@@ -7,8 +7,10 @@ driver uses 100 ms, so the defaults below give a 1 s protocol period and a 500 m
 
 Follows Das, Gupta and Motivala (2002) with the Lifeguard refinements memberlist uses: suspicion
 timeouts that start long and shrink with independent confirmations, a suspect target is told it
-is suspected on the probe itself ("buddy system"), and dead states received in a full sync are
-only taken as suspicion so that the accused can refute them.
+is suspected on the probe itself ("buddy system"), local health (helpers nack, and a member whose
+probes fail without nacks stretches its own timing), and dead states received in a full sync are
+only taken as suspicion so that the accused can refute them. docs/ARCHITECTURE-membership.md
+describes the additions that make 10% packet loss safe.
 """
 
 from __future__ import annotations
