@@ -144,13 +144,14 @@ def _hop(buf: bytes, p: int, count: int, bodies: array, ends: array) -> int:
     return p
 
 
-def _same_size_run(buf: bytes, data: pa.Array, p: int, limit: int, most: int) -> tuple:
-    """How many records from ``p`` on have the same size as the one at ``p`` (vectorized).
+def _same_size_run(buf: bytes, p: int, limit: int, most: int) -> tuple[int, int, int, int]:
+    """How many records from ``p`` on have the same size as the one at ``p``.
 
     Records of one producer batch mostly share a size, changing only where a varint grows
     (offset delta 64, 8192, ...). If the record at p + k*size starts with the same length
-    varint for every k < run, those are exactly the boundaries a loop would find.
-    Returns (run, body starts, record ends, size).
+    varint for every k < run, those are exactly the boundaries a loop would find. The check
+    runs in C: a strided slice picks the k-th byte of every candidate record, and ``lstrip``
+    finds the first one that differs. Returns (run, size, varint width, length).
     """
     length, body = _varint(buf, p)
     width = body - p
@@ -159,57 +160,35 @@ def _same_size_run(buf: bytes, data: pa.Array, p: int, limit: int, most: int) ->
         raise CorruptBatchError(f"bad record length {length} at byte {p}")
     fits = min(most, (limit - p) // size)
     if fits < _MIN_RUN:
-        return 0, None, None, size
-    prefix = buf[p:body]
-    for k in range(1, _MIN_RUN):  # cheap early exit for batches of varied sizes
-        q = p + k * size
-        if buf[q : q + width] != prefix:
-            return 0, None, None, size
-    starts = pc.add(
-        pc.multiply(_RAMPS.ramp(fits), pa.scalar(size, pa.int32())), pa.scalar(p, pa.int32())
-    )
-    same = None
+        return 0, size, width, length
+    run = fits
+    stop = p + fits * size
     for i in range(width):
-        at = pc.add(starts, pa.scalar(i, pa.int32())) if i else starts
-        equal = pc.equal(pc.take(data, at), pa.scalar(buf[p + i], pa.uint8()))
-        same = equal if same is None else pc.and_(same, equal)
-    first_other = pc.index(same, False).as_py()
-    run = fits if first_other < 0 else first_other
-    if run < _MIN_RUN:
-        return 0, None, None, size
-    bodies = pc.add(starts.slice(0, run), pa.scalar(width, pa.int32()))
-    return run, bodies, pc.add(bodies, pa.scalar(length, pa.int32())), size
+        column = buf[p + i : stop : size]
+        same = len(column) - len(column.lstrip(buf[p + i : p + i + 1]))
+        run = min(run, same)
+    return (run if run >= _MIN_RUN else 0), size, width, length
 
 
-def _boundaries(buf: bytes, data: pa.Array, span: BatchSpan) -> tuple[pa.Array, pa.Array]:
-    """Where each record of one batch has its body and where it ends.
+def _boundaries(buf: bytes, span: BatchSpan, bodies: array, ends: array) -> None:
+    """Append where each record of one batch has its body and where it ends.
 
-    Runs of same-size records are located by Arrow kernels; the rest is walked in Python,
-    in stretches that grow after each failed attempt (a failed attempt costs a few byte
-    comparisons), so batches of all-different sizes cost little more than a plain loop.
+    Runs of same-size records are found by C-level byte scans; the rest is walked in Python,
+    in stretches that grow after each failed attempt, so batches of all-different sizes cost
+    little more than a plain loop.
     """
     p = span.position + HEADER_SIZE
     limit = span.position + span.length
     left = span.record_count
-    body_parts: list[pa.Array] = []
-    end_parts: list[pa.Array] = []
-    bodies = array("i")
-    ends = array("i")
     stretch = 32
     while left > 0:
-        run, run_bodies, run_ends, size = _same_size_run(buf, data, p, limit, left)
+        run, size, width, length = _same_size_run(buf, p, limit, left)
         if run:
-            if bodies:
-                body_parts.append(
-                    pa.Array.from_buffers(pa.int32(), len(bodies), [None, pa.py_buffer(bodies)])
-                )
-                end_parts.append(
-                    pa.Array.from_buffers(pa.int32(), len(ends), [None, pa.py_buffer(ends)])
-                )
-                bodies, ends = array("i"), array("i")
-            body_parts.append(run_bodies)
-            end_parts.append(run_ends)
-            p += run * size
+            first_body = p + width
+            stop = p + run * size
+            bodies.extend(range(first_body, stop, size))
+            ends.extend(range(first_body + length, stop + width, size))
+            p = stop
             left -= run
             stretch = 32
             continue
@@ -224,14 +203,13 @@ def _boundaries(buf: bytes, data: pa.Array, span: BatchSpan) -> tuple[pa.Array, 
             f"records of the batch at offset {span.base_offset} do not fill it "
             f"({p - span.position} of {span.length} bytes)"
         )
-    if bodies:
-        body_parts.append(
-            pa.Array.from_buffers(pa.int32(), len(bodies), [None, pa.py_buffer(bodies)])
-        )
-        end_parts.append(pa.Array.from_buffers(pa.int32(), len(ends), [None, pa.py_buffer(ends)]))
-    return pa.concat_arrays(body_parts), pa.concat_arrays(end_parts)
 
 
+# Typed scalars everywhere: a bare Python int makes pyarrow.compute try (slow, failing)
+# imports of optional modules on every call.
+_ZERO64 = pa.scalar(0, pa.int64())
+_ONE32 = pa.scalar(1, pa.int32())
+_THOUSAND64 = pa.scalar(1000, pa.int64())
 _U7 = pa.scalar(0x7F, pa.int64())
 _HIGH = pa.scalar(0x80, pa.int64())
 
@@ -253,9 +231,9 @@ def _varints(data: pa.Array, pos: pa.Array) -> tuple[pa.Array, pa.Array]:
             more = pc.and_(more, pc.cast(active, pa.bool_()))
         step = more.cast(pa.int32())
         if not pc.any(more).as_py():
-            pos = pc.add(pos, 1) if active is None else pc.add(pos, active.cast(pa.int32()))
+            pos = pc.add(pos, _ONE32) if active is None else pc.add(pos, active.cast(pa.int32()))
             break
-        pos = pc.add(pos, 1) if active is None else pc.add(pos, active.cast(pa.int32()))
+        pos = pc.add(pos, _ONE32) if active is None else pc.add(pos, active.cast(pa.int32()))
         active = step.cast(pa.int64())
     else:
         raise CorruptBatchError("varint longer than 10 bytes")
@@ -322,9 +300,9 @@ def _binary(data: pa.Buffer, starts: pa.Array, lengths: pa.Array) -> pa.Array:
     just the values, in C++.
     """
     n = len(starts)
-    nulls = pc.less(lengths, 0)
+    nulls = pc.less(lengths, _ZERO64)
     has_nulls = pc.any(nulls).as_py()
-    sizes = (pc.max_element_wise(lengths, 0) if has_nulls else lengths).cast(pa.int32())
+    sizes = (pc.max_element_wise(lengths, _ZERO64) if has_nulls else lengths).cast(pa.int32())
     validity = pc.invert(nulls).buffers()[1] if has_nulls else None
     if not pc.max(sizes).as_py():  # all null or empty (e.g. no keys): nothing to gather
         empty = [validity, pa.py_buffer(bytes(4 * (n + 1))), pa.py_buffer(b"")]
@@ -367,10 +345,10 @@ def decode_chunk(
     """
     raw = pa.py_buffer(buf)
     data = pa.Array.from_buffers(pa.uint8(), len(buf), [None, raw])
-    bodies: list[pa.Array] = []
-    ends: list[pa.Array] = []
-    bases: list[pa.Array] = []
-    first_ts: list[pa.Array] = []
+    bodies = array("i")
+    ends = array("i")
+    bases = array("q")
+    first_ts = array("q")
     next_offset = start
     for span in iter_spans(buf):
         if span.last_offset < start:
@@ -379,41 +357,40 @@ def decode_chunk(
         if span.base_offset >= end:
             break
         if not span.control and span.record_count > 0:
-            bounds = _boundaries(buf, data, span)
-            bodies.append(bounds[0])
-            ends.append(bounds[1])
-            bases.append(pa.repeat(pa.scalar(span.base_offset, pa.int64()), span.record_count))
-            first_ts.append(
-                pa.repeat(pa.scalar(span.first_timestamp, pa.int64()), span.record_count)
-            )
+            _boundaries(buf, span, bodies, ends)
+            bases.extend(array("q", [span.base_offset]) * span.record_count)
+            first_ts.extend(array("q", [span.first_timestamp]) * span.record_count)
         next_offset = span.last_offset + 1
-    if not bodies:
+    n = len(bodies)
+    if n == 0:
         return DecodedChunk(None, next_offset)
-    record_ends = pa.concat_arrays(ends)
-    pos = pc.add(pa.concat_arrays(bodies), pa.scalar(1, pa.int32()))
-    n = len(pos)
+    record_ends = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ends)])
+    body_starts = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bodies)])
+    pos = pc.add(body_starts, pa.scalar(1, pa.int32()))
     try:
         ts_delta, pos = _varints(data, pos)
         offset_delta, pos = _varints(data, pos)
         key_len, pos = _varints(data, pos)
         key_start = pos
-        pos = pc.add(pos, pc.max_element_wise(key_len, 0).cast(pa.int32()))
+        pos = pc.add(pos, pc.max_element_wise(key_len, _ZERO64).cast(pa.int32()))
         value_len, pos = _varints(data, pos)
         value_start = pos
-        pos = pc.add(pos, pc.max_element_wise(value_len, 0).cast(pa.int32()))
+        pos = pc.add(pos, pc.max_element_wise(value_len, _ZERO64).cast(pa.int32()))
     except (IndexError, pa.ArrowIndexError) as exc:
         raise CorruptBatchError(f"a record overruns its batch: {exc}") from None
     if not pc.all(pc.less_equal(pos, record_ends)).as_py():
         raise CorruptBatchError(f"a record of {topic}/{partition} overruns its length")
-    offsets = pc.add(pa.concat_arrays(bases), offset_delta)
-    millis = pc.add(pa.concat_arrays(first_ts), ts_delta)
+    offsets = pc.add(
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(bases)]), offset_delta
+    )
+    millis = pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(first_ts)]), ts_delta)
     arrays = [
         _binary(raw, key_start, key_len),
         _binary(raw, value_start, value_len),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         offsets,
-        pc.multiply(millis, 1000).view(_TIMESTAMP_TYPE),
+        pc.multiply(millis, _THOUSAND64).view(_TIMESTAMP_TYPE),
         pa.repeat(_CREATE_TIME, n),
     ]
     if "headers" in schema.names:
@@ -425,5 +402,10 @@ def decode_chunk(
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     first, last = offsets[0].as_py(), offsets[n - 1].as_py()
     if first < start or last >= end:
-        batch = batch.filter(pc.and_(pc.greater_equal(offsets, start), pc.less(offsets, end)))
+        batch = batch.filter(
+            pc.and_(
+                pc.greater_equal(offsets, pa.scalar(start, pa.int64())),
+                pc.less(offsets, pa.scalar(end, pa.int64())),
+            )
+        )
     return DecodedChunk(batch if batch.num_rows else None, next_offset)
