@@ -219,3 +219,18 @@ def test_learner_joining_after_compaction_learns_config_from_reset() -> None:
     net.tick_all(4 * ET)
     leaders = [n for n in (2, 3, 4, 5) if net[n].role == Role.LEADER]
     assert len(leaders) == 1 and leaders[0] != 4
+
+
+def test_add_voter_directly_and_the_new_voter_can_lead() -> None:
+    net = cluster()
+    net[1].propose_conf_change(ConfChange(ADD_VOTER, 4))
+    net.start(4, ConfState(()))
+    net.deliver()
+    net.tick_all(2)
+    assert net[4].conf.voters == (1, 2, 3, 4) and net[4].promotable()
+    net[1].transfer_leader(4)
+    net.deliver()
+    assert net[4].role == Role.LEADER
+    net[4].propose(b"from 4")
+    net.deliver()
+    assert all(net[n].commit == net[4].commit for n in (1, 2, 3, 4))

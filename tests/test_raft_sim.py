@@ -74,3 +74,12 @@ def test_raft_sim_is_deterministic() -> None:
     assert a.committed == b.committed
     assert a.leaders == b.leaders
     assert a.now == b.now
+
+
+def test_raft_sim_failure_names_the_seed_and_the_replay_command() -> None:
+    sim = Sim(4242)
+    with pytest.raises(SimFailure) as exc:
+        sim.fail("synthetic")
+    text = str(exc.value)
+    assert "seed 4242" in text
+    assert "LAMINAR_SIM_SEED=4242 .venv/bin/pytest tests/test_raft_sim.py -k replay" in text
