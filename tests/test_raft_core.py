@@ -479,3 +479,19 @@ def test_group_quiesces_without_a_follower_reported_down_and_wakes_when_it_retur
     net.tick_all(3)
     assert net[3].leader_id == 1 and net[3].commit == net[1].commit
     assert net[1].role == Role.LEADER
+
+
+def test_inflight_bytes_cap_pauses_replication() -> None:
+    net = leader_net(max_inflight_bytes=500, max_msg_bytes=200)
+    net.cut.add((2, 1))  # no acks from 2
+    for i in range(20):
+        net[1].propose(b"y" * 100 + b"%d" % i)
+    net.deliver()
+    pr = net[1].prs[2]
+    assert pr.state == ProgressState.REPLICATE and pr.inflights.full()
+    assert pr.inflights.bytes >= 500
+    sent = sum(len(m.entries) for m in net.sent if m.type == MessageType.APPEND and m.to == 2)
+    assert sent < 20  # the rest waits for acknowledgements
+    net.heal()
+    net.tick_all(3)
+    assert net.entries(2) == net.entries(1)
