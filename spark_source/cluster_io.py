@@ -26,7 +26,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from spark_source.decode import decode_chunk
+from spark_source.decode import decode_chunk, offset_after
 from spark_source.options import EARLIEST, LATEST, SourceOptions
 from spark_source.planning import (
     DataLossError,
@@ -212,8 +212,8 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``part`` ([start, end) of one partition) as Arrow batches.
 
-    The next fetch is sent before a batch is handed to Spark, so the node serves it while
-    Spark consumes the previous one.
+    The next fetch is sent as soon as a response arrives (its offset comes from the batch
+    headers alone), so the node serves it while this task decodes and Spark consumes.
     """
     if part.start >= part.end:
         return
@@ -235,13 +235,24 @@ def read_range(
                     pending = loop.create_task(fetcher.fetch(offset))
                 continue
             pending = None
+            following = offset_after(got.data, offset)
+            if following < part.end:
+                pending = loop.create_task(fetcher.fetch(following))
+                loop.run_until_complete(asyncio.sleep(0))  # let the request go out now
             chunk = decode_chunk(got.data, part.topic, part.partition, offset, part.end, schema)
             if chunk.next_offset <= offset:
                 _grow_fetch(fetcher, part, offset)
-            offset = max(offset, chunk.next_offset)
-            if offset < part.end:
+                if pending is not None:
+                    pending.cancel()
+                    loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
                 pending = loop.create_task(fetcher.fetch(offset))
-                loop.run_until_complete(asyncio.sleep(0))  # let the request go out now
+                continue
+            offset = chunk.next_offset
+            if offset < part.end and (pending is None or following != offset):
+                if pending is not None:  # not expected: headers and decoder disagree
+                    pending.cancel()
+                    loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
+                pending = loop.create_task(fetcher.fetch(offset))
             if chunk.batch is not None:
                 yield chunk.batch
     finally:
