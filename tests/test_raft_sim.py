@@ -41,7 +41,8 @@ def test_raft_sim_many_seeds() -> None:
     step = (SEEDS + workers - 1) // workers
     ranges = [(i, min(i + step, SEEDS)) for i in range(0, SEEDS, step)]
     if workers > 1:
-        ctx = multiprocessing.get_context("fork")
+        # spawn, not fork: earlier tests in this process may have left threads holding locks.
+        ctx = multiprocessing.get_context("spawn")
         with ctx.Pool(workers) as pool:
             results = pool.map(_run_range, ranges)
     else:
