@@ -160,3 +160,16 @@ async def test_malformed_datagrams_are_dropped_and_counted(cluster: list[SwimDri
     )
     assert all_alive(cluster, {1, 2, 3, 4})
     assert victim.stats.dropped_malformed == len(junk)
+
+
+async def test_wildcard_bind_needs_an_advertised_host() -> None:
+    driver = SwimDriver(9, config=_config(9), tick_seconds=TICK)
+    with pytest.raises(ValueError, match="advertise_host"):
+        await driver.start("0.0.0.0", 0)
+    driver = SwimDriver(9, config=_config(9), tick_seconds=TICK, advertise_host="127.0.0.1")
+    address = await driver.start("0.0.0.0", 0)
+    try:
+        assert split_address(address)[0] == "127.0.0.1"
+        assert [m.address for m in driver.members] == [address]
+    finally:
+        await driver.stop()
