@@ -297,6 +297,35 @@ def node_start(
         fail(f"node {node_id} cannot start: {exc}")
 
 
+@node_app.command("drain")
+def node_drain(
+    node_id: Annotated[int, typer.Argument(help="The node to empty.")],
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Wait until the node holds no replica.")
+    ] = True,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 600.0,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Move every replica off a node so it can leave the cluster."""
+
+    async def go() -> int:
+        async with Admin(bootstrap) as admin:
+            await admin.drain_node(node_id)
+            deadline = time.monotonic() + timeout
+            while wait:
+                status = await admin.cluster_status()
+                left = sum(m.replicas for m in status.members if m.node_id == node_id)
+                if left == 0 and not status.moves:
+                    break
+                if time.monotonic() > deadline:
+                    raise UserError(f"node {node_id} still holds {left} replicas")
+                await asyncio.sleep(1.0)
+            return 0
+
+    run(go)
+    typer.echo(f"node {node_id} is drained" if wait else f"node {node_id} is draining")
+
+
 # dev -------------------------------------------------------------------------------------
 @app.command()
 def dev(
@@ -800,7 +829,7 @@ def cluster_status(
 
 
 def render_status(status: ClusterStatus) -> str:
-    members = [["NODE", "ADDRESS", "STATE", "VOTER", "REPLICAS", "LEADERS"]]
+    members = [["NODE", "ADDRESS", "STATE", "INCARNATION", "VOTER", "REPLICAS", "LEADERS"]]
     for m in status.members:
         node = f"{m.node_id}*" if m.node_id == status.metadata_leader else str(m.node_id)
         members.append(
@@ -808,6 +837,7 @@ def render_status(status: ClusterStatus) -> str:
                 node,
                 m.address,
                 m.state,
+                str(m.incarnation),
                 "yes" if m.metadata_voter else "no",
                 str(m.replicas),
                 str(m.leaders),

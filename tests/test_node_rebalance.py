@@ -17,12 +17,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
-from laminar.client.connection import Connection
 from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster
 from tests.cluster_fixture import free_port_pairs
@@ -110,16 +108,15 @@ def balanced(s: ClusterStatus, nodes: set[int]) -> bool:
     return settled(s, nodes) and all(abs(c - mean) <= 1 for c in counts.values())
 
 
-async def drain(address: str, node_id: int) -> None:
-    connection = await Connection.open(address)
-    try:
-
-        def fill(body: Any) -> None:
-            body.drainNode = node_id
-
-        await connection.request(fill)
-    finally:
-        connection.close()
+def drain(bootstrap: str, node_id: int) -> str:
+    """Through the real command, which waits until the node holds no replica."""
+    done = subprocess.run(
+        [sys.executable, "-m", "laminar", "node", "drain", str(node_id), "--timeout", "120",
+         "--bootstrap", bootstrap],
+        capture_output=True, text=True, timeout=150, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 @pytest.mark.timeout(400)
@@ -164,7 +161,8 @@ async def test_join_failure_and_drain_keep_every_record(tmp_path: Path) -> None:
             await wait_for(
                 bootstrap, lambda s: balanced(s, {1, 2, 3, 4}), "node 2 got replicas back"
             )
-            await drain(cluster.nodes[1].client_address, 2)
+            output = await asyncio.to_thread(drain, cluster.nodes[1].client_address, 2)
+            assert "node 2 is drained" in output
             s = await wait_for(bootstrap, lambda s: settled(s, {1, 3, 4}), "node 2 is drained")
             assert replica_counts(s, {2}).get(2, 0) == 0
         assert len(producer.acked) > 1000

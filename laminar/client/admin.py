@@ -142,6 +142,14 @@ class Admin:
             await self.cluster.wait_for_topic(tp.topic, 0)
         return await list_offsets(self.cluster, [TopicPartition(*tp) for tp in tps], timestamp)
 
+    async def drain_node(self, node_id: int) -> None:
+        """Decommission a node: every replica it holds moves elsewhere (watch cluster_status)."""
+
+        def fill(body: Any) -> None:
+            body.drainNode = node_id
+
+        await self._call(fill)
+
     async def cluster_status(self) -> ClusterStatus:
         def fill(body: Any) -> None:
             body.clusterStatus = None

@@ -311,9 +311,9 @@ class ClientServer:
             if ask.offset >= high or budget <= 0 or replica.closed:
                 continue
             try:
-                view = replica.log.read(
-                    ask.offset, min(ask.maxBytes or budget, budget), upto=high
-                ).tobytes()
+                limit = min(ask.maxBytes or budget, budget)
+                with replica.log.read(ask.offset, limit, upto=high) as log_slice:
+                    view = log_slice.tobytes()
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 continue

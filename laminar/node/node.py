@@ -38,6 +38,7 @@ from laminar.node.metadata import (
 )
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
+from laminar.node.raft_state import write_durably
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.raft import ConfState, Entry, RaftConfig
@@ -46,6 +47,9 @@ from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
+
+
+ORIGIN_FILE = "origin"
 
 
 def now_ms() -> int:
@@ -304,7 +308,7 @@ class Node:
             record = record_batch.decode_records(entry.data)[0]
             command = decode_command(record.value or b"{}")
             result = self.state.apply(command)
-            self._reconcile(command, result)
+            self._reconcile(command, result, entry.index)
             outcome: Any = _jsonable(result)
         except LaminarError as exc:
             outcome = exc
@@ -327,12 +331,12 @@ class Node:
                     still.append((index, waiter))
             self._applied_waiters = still
 
-    def _reconcile(self, command: dict[str, Any], result: Any) -> None:
+    def _reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
         if op == "create_topic" and isinstance(result, Topic):
             for partition, assignment in enumerate(result.partitions):
                 if self.node_id in assignment.replicas:
-                    self._open_partition(result, partition)
+                    self._open_partition(result, partition, index)
         elif op == "delete_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.remove(group_id(result.topic_id, partition))
@@ -343,7 +347,7 @@ class Node:
         elif op == "start_move" and result is not None and result.adding == self.node_id:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
-                self._open_partition(topic, command["partition"])
+                self._open_partition(topic, command["partition"], index)
         elif op == "finish_move" and result is not None and command["from"] == self.node_id:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
@@ -360,13 +364,24 @@ class Node:
     def partition_dir(self, topic: Topic, partition: int) -> Path:
         return self.config.data_dir / "partitions" / f"{topic.name}-{partition}.{topic.topic_id}"
 
-    def _open_partition(self, topic: Topic, partition: int) -> None:
+    def _open_partition(self, topic: Topic, partition: int, origin: int) -> None:
+        """Open (or create) this node's replica; ``origin`` is the metadata offset of the
+        command that assigned it, so a leftover copy from an earlier assignment is never
+        mistaken for this one (its Raft vote and log belong to another membership)."""
         group = group_id(topic.topic_id, partition)
         if group in self.runtime.replicas:
             return
         settings = topic.settings
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
+        directory = self.partition_dir(topic, partition)
+        marker = directory / ORIGIN_FILE
+        if directory.exists() and (not marker.exists() or marker.read_text() != str(origin)):
+            log.info("discarding a stale copy", topic=topic.name, partition=partition)
+            shutil.rmtree(directory)
+        if not marker.exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            write_durably(marker, str(origin).encode())
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -374,7 +389,7 @@ class Node:
         replica = Replica.open(
             group,
             self.node_id,
-            self.partition_dir(topic, partition),
+            directory,
             LogConfig(
                 segment_bytes=settings.segment_bytes,
                 segment_ms=settings.segment_ms,

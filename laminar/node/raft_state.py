@@ -29,8 +29,6 @@ def load_state(directory: Path) -> tuple[HardState | None, ConfState | None]:
 
 
 def save_state(directory: Path, hard: HardState, conf: ConfState) -> None:
-    path = directory / STATE_FILE
-    temp = directory / (STATE_FILE + ".tmp")
     document = {
         "term": hard.term,
         "vote": hard.vote,
@@ -39,14 +37,20 @@ def save_state(directory: Path, hard: HardState, conf: ConfState) -> None:
         "learners": list(conf.learners),
         "conf_index": conf.index,
     }
+    write_durably(directory / STATE_FILE, json.dumps(document).encode())
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically and durably: temp file, fsync, rename, fsync directory."""
+    temp = path.with_name(path.name + ".tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, json.dumps(document).encode())
+        os.write(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
