@@ -97,8 +97,11 @@ class Sim:
         self.p_crash = r.choice((0.0, 0.01, 0.03))
         self.p_partition = r.choice((0.0, 0.02))
         self.p_fsync = r.choice((0.3, 0.7, 1.0))
+        self.pre_vote = r.random() < 0.8
+        self.check_quorum = r.random() < 0.8
         self.faults = True
         self.clients = True
+        self.committed_members: set[int] = set()
         conf = ConfState(tuple(range(1, self.n_voters + 1)))
         for nid in conf.voters:
             self._create_host(nid, conf)
@@ -116,6 +119,8 @@ class Sim:
         cfg = RaftConfig(
             election_tick=ELECTION_TICK,
             heartbeat_tick=1,
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
             seed=self.rng.randrange(1 << 30),
             max_inflight_msgs=self.rng.choice((1, 4, 64)),
             max_msg_bytes=self.rng.choice((64, 4096)),
@@ -347,15 +352,21 @@ class Sim:
         self.process(h)
 
     def reap_removed(self) -> None:
-        """Stop replicas whose removal is committed (decommissioned machines)."""
+        """Stop replicas whose removal is committed (decommissioned machines).
+
+        Ids are never reused, so a replica once in a committed configuration and absent from
+        a later committed one is gone for good; one whose addition never committed is left
+        alone (its entry may still commit through another leader)."""
         h = self.leader()
         if h is None:
             return
         cc = h.node.committed_conf
+        members = {*cc.voters, *cc.learners}
+        self.committed_members |= members
         conf = h.node.conf
-        members = {*cc.voters, *cc.learners, *conf.voters, *conf.learners}
+        members |= {*conf.voters, *conf.learners}
         for other in self.hosts.values():
-            if other.id not in members and not other.removed:
+            if other.id not in members and other.id in self.committed_members and not other.removed:
                 other.removed = True
                 other.node = None
                 self.trace.append((self.now, "reap", other.id))
