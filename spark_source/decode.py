@@ -140,17 +140,18 @@ _MIN_RUN = 16
 """Shortest run of same-size records worth locating with Arrow kernels instead of a loop."""
 
 
-def _hop(buf: bytes, p: int, count: int, bodies: array, ends: array) -> int:
-    """Walk ``count`` records from byte ``p``, noting where each body starts and each record
-    ends; returns the position after the last one. The per-record loop of the decoder."""
-    body = bodies.append
-    end = ends.append
+def _hop(buf: bytes, p: int, count: int, bounds: _Bounds) -> int:
+    """Walk ``count`` records from byte ``p`` (each becomes a segment of one); returns the
+    position after the last one. The per-record loop of the decoder."""
+    firsts = bounds.firsts.append
+    sizes = bounds.sizes.append
+    counts = bounds.counts.append
+    lengths = bounds.lengths.append
     for _ in range(count):
         b = buf[p]
         if b < 0x80:  # one-byte zigzag length (a length is never negative)
+            length = b >> 1
             p += 1
-            body(p)
-            p += b >> 1
         else:
             c = buf[p + 1]
             if c < 0x80:
@@ -160,9 +161,11 @@ def _hop(buf: bytes, p: int, count: int, bodies: array, ends: array) -> int:
                 length, p = _varint(buf, p)
                 if length < 0:
                     raise CorruptBatchError(f"negative record length at byte {p}")
-            body(p)
-            p += length
-        end(p)
+        firsts(p)
+        sizes(0)
+        counts(1)
+        lengths(length)
+        p += length
     return p
 
 
@@ -192,8 +195,50 @@ def _same_size_run(buf: bytes, p: int, limit: int, most: int) -> tuple[int, int,
     return (run if run >= _MIN_RUN else 0), size, width, length
 
 
-def _boundaries(buf: bytes, span: BatchSpan, bodies: array, ends: array) -> None:
-    """Append where each record of one batch has its body and where it ends.
+class _Bounds:
+    """Record body starts and ends for a whole fetch, as segments in record order.
+
+    A segment is ``count`` records of one size: body k starts at first + k * size and ends
+    ``length`` bytes later. A run of same-size records is one segment; a record walked in
+    Python is a segment of one. Arrow expands all segments at once, so the common case
+    creates no Python object per record.
+    """
+
+    def __init__(self) -> None:
+        self.firsts = array("i")
+        self.sizes = array("i")
+        self.counts = array("i")
+        self.lengths = array("i")
+
+    def add_run(self, first_body: int, size: int, count: int, length: int) -> None:
+        self.firsts.append(first_body)
+        self.sizes.append(size)
+        self.counts.append(count)
+        self.lengths.append(length)
+
+    def arrays(self, n: int) -> tuple[pa.Array, pa.Array]:
+        """(body starts, record ends) of the ``n`` records, in order."""
+        segments = len(self.counts)
+
+        def column(values: array) -> pa.Array:
+            return pa.Array.from_buffers(pa.int32(), segments, [None, pa.py_buffer(values)])
+
+        counts = column(self.counts)
+        starts = pc.cumulative_sum(counts)  # exclusive end of each segment, in records
+        offsets = pa.concat_arrays([pa.array([0], pa.int32()), starts])
+        owner = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(n, pa.int8())))
+        segment_start = pc.subtract(starts, counts)
+        within = pc.subtract(_RAMPS.ramp(n), pc.take(segment_start, owner))
+        bodies = pc.add(
+            pc.take(column(self.firsts), owner),
+            pc.multiply(within, pc.take(column(self.sizes), owner)),
+        )
+        ends = pc.add(bodies, pc.take(column(self.lengths), owner))
+        return bodies.cast(pa.int32()), ends.cast(pa.int32())
+
+
+def _boundaries(buf: bytes, span: BatchSpan, bounds: _Bounds) -> None:
+    """Note where each record of one batch has its body and where it ends.
 
     Runs of same-size records are found by C-level byte scans; the rest is walked in Python,
     in stretches that grow after each failed attempt, so batches of all-different sizes cost
@@ -206,16 +251,13 @@ def _boundaries(buf: bytes, span: BatchSpan, bodies: array, ends: array) -> None
     while left > 0:
         run, size, width, length = _same_size_run(buf, p, limit, left)
         if run:
-            first_body = p + width
-            stop = p + run * size
-            bodies.extend(range(first_body, stop, size))
-            ends.extend(range(first_body + length, stop + width, size))
-            p = stop
+            bounds.add_run(p + width, size, run, length)
+            p += run * size
             left -= run
             stretch = 32
             continue
         count = min(left, stretch)
-        p = _hop(buf, p, count, bodies, ends)
+        p = _hop(buf, p, count, bounds)
         left -= count
         stretch = min(2 * stretch, 256)
         if p > limit:
@@ -367,8 +409,7 @@ def decode_chunk(
     """
     raw = pa.py_buffer(buf)
     data = pa.Array.from_buffers(pa.uint8(), len(buf), [None, raw])
-    bodies = array("i")
-    ends = array("i")
+    bounds = _Bounds()
     bases = array("q")
     first_ts = array("q")
     next_offset = start
@@ -379,16 +420,15 @@ def decode_chunk(
         if span.base_offset >= end:
             break
         if not span.control and span.record_count > 0:
-            _boundaries(buf, span, bodies, ends)
+            _boundaries(buf, span, bounds)
             bases.extend(array("q", [span.base_offset]) * span.record_count)
             first_ts.extend(array("q", [span.first_timestamp]) * span.record_count)
         next_offset = span.last_offset + 1
-    n = len(bodies)
+    n = len(bases)
     if n == 0:
         return DecodedChunk(None, next_offset)
-    record_ends = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(ends)])
-    body_starts = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bodies)])
-    pos = pc.add(body_starts, pa.scalar(1, pa.int32()))
+    body_starts, record_ends = bounds.arrays(n)
+    pos = pc.add(body_starts, _ONE32)
     try:
         ts_delta, pos = _varints(data, pos)
         offset_delta, pos = _varints(data, pos)
