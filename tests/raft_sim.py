@@ -53,6 +53,7 @@ class Host:
     waiting: list[Message] = field(default_factory=list)
     next_apply: int = 0
     removed: bool = False
+    seen_commit: int = -1
 
 
 def _entry_key(e: Entry) -> tuple[int, int, int, bytes]:
@@ -64,7 +65,7 @@ class Sim:
         self,
         seed: int,
         voters: int | None = None,
-        fault_steps: int = 110,
+        fault_steps: int = 130,
         liveness_steps: int = 220,
     ) -> None:
         self.seed = seed
@@ -127,6 +128,7 @@ class Sim:
         )
         h.node = RaftNode(h.id, h.storage, h.conf, h.hs, cfg)
         h.next_apply = h.storage.first_index()
+        h.seen_commit = h.node.commit
         h.waiting = []
 
     def crash(self, h: Host) -> None:
@@ -209,6 +211,9 @@ class Sim:
                     self.fail(f"read index {index} below acknowledged commit {floor}")
                 self.reads_served += 1
             node.advance(rd)
+            if node.commit < h.seen_commit:
+                self.fail(f"node {h.id} commit went back from {h.seen_commit} to {node.commit}")
+            h.seen_commit = node.commit
             if node.role == Role.LEADER:
                 self.check_leader(h)
         if rounds and self.p_fsync >= 1.0:
