@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from tests.raft_sim import Sim, SimFailure
+from tests.raft_sim import REPLAY, Sim, SimFailure
 
 SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "2000"))
 
@@ -27,8 +27,10 @@ def _run_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
             sim.run()
         except SimFailure as e:
             failures.append(str(e))
-            if len(failures) >= 3:
-                break
+        except Exception as e:  # a crash inside the core is a failure of this seed too
+            failures.append(f"seed {seed}: {e!r}\nreplay: {REPLAY.format(seed=seed)}")
+        if len(failures) >= 3:
+            break
         for k, v in sim.stats.items():
             totals[k] += v
         totals["acked"] += len(sim.acked)
