@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -207,58 +208,79 @@ class _RangeFetcher:
                 await self._refresh()
 
 
+GUESSED_BYTES_PER_OFFSET = 128
+"""Sizes the first windows; later ones follow the bytes per offset actually seen."""
+
+
 def read_range(
     part: LaminarInputPartition, options: SourceOptions, schema: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the records of ``part`` ([start, end) of one partition) as Arrow batches.
+    """Yield the records of ``part`` ([start, end) of one partition) as Arrow batches, in
+    offset order.
 
-    The next fetch is sent as soon as a response arrives (its offset comes from the batch
-    headers alone), so the node serves it while this task decodes and Spark consumes.
+    The range is cut into windows of about one fetch each; a few windows are requested ahead
+    (pipelined on one connection), and a window that needs more than one fetch sends its
+    next fetch as soon as a response arrives (the offset comes from batch headers alone).
     """
     if part.start >= part.end:
         return
     # Plain asyncio: laminar.transport asserts asyncio.Transport, which uvloop's is not.
     loop = asyncio.new_event_loop()
     fetcher = _RangeFetcher(part, options)
-    pending: asyncio.Task[FetchedBatches] | None = None
+    ahead: deque[tuple[int, int, asyncio.Task[FetchedBatches]]] = deque()
+    task: asyncio.Task[FetchedBatches] | None = None
+    width = max(1, options.fetch_max_bytes // GUESSED_BYTES_PER_OFFSET)
+    launched = part.start
+
+    def top_up() -> None:
+        nonlocal launched
+        while len(ahead) < options.prefetch_windows and launched < part.end:
+            high = min(part.end, launched + width)
+            ahead.append((launched, high, loop.create_task(fetcher.fetch(launched))))
+            launched = high
+
+    def replace(old: asyncio.Task[FetchedBatches] | None, offset: int) -> asyncio.Task:
+        if old is not None:
+            old.cancel()
+            loop.run_until_complete(asyncio.gather(old, return_exceptions=True))
+        return loop.create_task(fetcher.fetch(offset))
+
     try:
         loop.run_until_complete(fetcher.start())
-        offset = part.start
-        pending = loop.create_task(fetcher.fetch(offset))
-        while offset < part.end:
-            try:
-                got = loop.run_until_complete(pending)
-            except OffsetOutOfRangeError as exc:
-                pending = None
-                offset = _skip_deleted(part, offset, exc.start, options)
-                if offset < part.end:
-                    pending = loop.create_task(fetcher.fetch(offset))
-                continue
-            pending = None
-            following = offset_after(got.data, offset)
-            if following < part.end:
-                pending = loop.create_task(fetcher.fetch(following))
-                loop.run_until_complete(asyncio.sleep(0))  # let the request go out now
-            chunk = decode_chunk(got.data, part.topic, part.partition, offset, part.end, schema)
-            if chunk.next_offset <= offset:
-                _grow_fetch(fetcher, part, offset)
-                if pending is not None:
-                    pending.cancel()
-                    loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
-                pending = loop.create_task(fetcher.fetch(offset))
-                continue
-            offset = chunk.next_offset
-            if offset < part.end and (pending is None or following != offset):
-                if pending is not None:  # not expected: headers and decoder disagree
-                    pending.cancel()
-                    loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
-                pending = loop.create_task(fetcher.fetch(offset))
-            if chunk.batch is not None:
-                yield chunk.batch
+        top_up()
+        while ahead:
+            low, high, task = ahead.popleft()
+            offset = low
+            while offset < high:
+                try:
+                    got = loop.run_until_complete(task)
+                except OffsetOutOfRangeError as exc:
+                    offset = _skip_deleted(part, offset, exc.start, options)
+                    task = loop.create_task(fetcher.fetch(offset)) if offset < high else None
+                    continue
+                following = offset_after(got.data, offset)
+                task = loop.create_task(fetcher.fetch(following)) if following < high else None
+                top_up()
+                loop.run_until_complete(asyncio.sleep(0))  # let the requests go out now
+                chunk = decode_chunk(got.data, part.topic, part.partition, offset, high, schema)
+                if chunk.next_offset <= offset:  # one batch is larger than the fetch size
+                    _grow_fetch(fetcher, part, offset)
+                    task = replace(task, offset)
+                    continue
+                if offset == low and following > offset:
+                    # Next windows: a bit less than one fetch returns, so one fetch each.
+                    width = max(1, (following - offset) * 7 // 8)
+                offset = chunk.next_offset
+                if offset < high and (task is None or following != offset):
+                    task = replace(task, offset)  # not expected: headers and decoder disagree
+                if chunk.batch is not None:
+                    yield chunk.batch
+            task = None
     finally:
-        if pending is not None:
-            pending.cancel()
-            loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
+        for pending in [task, *(t for _, _, t in ahead)]:
+            if pending is not None:
+                pending.cancel()
+                loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
         loop.run_until_complete(fetcher.close())
         loop.close()
 

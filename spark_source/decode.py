@@ -463,11 +463,8 @@ def decode_chunk(
         arrays.append(pa.array(header_rows, schema.field("headers").type))
     batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     first, last = offsets[0].as_py(), offsets[n - 1].as_py()
-    if first < start or last >= end:
-        batch = batch.filter(
-            pc.and_(
-                pc.greater_equal(offsets, pa.scalar(start, pa.int64())),
-                pc.less(offsets, pa.scalar(end, pa.int64())),
-            )
-        )
+    if first < start or last >= end:  # offsets ascend: the wanted rows are one slice
+        low = pc.sum(pc.less(offsets, pa.scalar(start, pa.int64()))).as_py() or 0
+        high = pc.sum(pc.less(offsets, pa.scalar(end, pa.int64()))).as_py() or 0
+        batch = batch.slice(low, high - low)
     return DecodedChunk(batch if batch.num_rows else None, next_offset)

@@ -41,6 +41,7 @@ class SourceOptions:
     min_partitions: int | None
     max_records_per_partition: int
     fetch_max_bytes: int
+    prefetch_windows: int
     request_timeout_ms: int
     read_retry_timeout_ms: int
 
@@ -181,6 +182,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         or 1_000_000,
         fetch_max_bytes=_int(opts, "fetchMaxBytes", 2 * 1024 * 1024, minimum=1024)
         or 2 * 1024 * 1024,
+        prefetch_windows=_int(opts, "prefetchWindows", 3, minimum=1) or 3,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=100) or 30_000,
         read_retry_timeout_ms=_int(opts, "readRetryTimeoutMs", 60_000, minimum=0) or 0,
     )

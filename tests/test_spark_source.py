@@ -128,7 +128,10 @@ def test_batch_read_of_exact_offset_ranges(spark, laminar_cluster: ClusterHandle
         assert [(h["key"], h["value"]) for h in row["headers"]] == [("n", value)]
         number = int(value.split(b"-")[1])
         assert row["key"] == (None if number % 3 else f"k{number}".encode())
-    everything = _reader(spark, laminar_cluster, topic, batch="yes").collect()
+    # Tiny fetches: many windows per range, follow-up fetches, and fetch-size growth when
+    # one batch is larger than the fetch size.
+    everything = _reader(spark, laminar_cluster, topic, batch="yes", fetchMaxBytes="1024")
+    everything = everything.collect()
     assert Counter(_pairs(everything)) == Counter(list(acked))
 
 
