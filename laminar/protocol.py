@@ -23,7 +23,7 @@ API_VERSION = 1
 KIND_REQUEST = 1
 KIND_RESPONSE = 2
 KIND_PEER = 3
-KIND_SWIM = 4
+KIND_SWIM = 0x53  # one SWIM datagram (laminar/membership/codec.py)
 
 ACKS_ALL = -1
 ACKS_LEADER = 1

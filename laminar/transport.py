@@ -123,8 +123,12 @@ class FramedProtocol(asyncio.Protocol):
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """'host:port' -> (host, port); ValueError with a clear message otherwise."""
+    """'host:port' or '[v6]:port' -> (host, port); ValueError with a clear message otherwise."""
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError(f"address {address!r} is not host:port")
-    return host, int(port)
+    return host.strip("[]"), int(port)
+
+
+def join_address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

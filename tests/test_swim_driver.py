@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from laminar.membership import codec
-from laminar.membership.driver import SwimDriver, split_address
+from laminar.membership.driver import SwimDriver
 from laminar.membership.messages import Gossip, Ping, Update
 from laminar.membership.swim import EventKind, MemberEvent, MemberState, SwimConfig
+from laminar.transport import split_address
 
 TICK = 0.05
 

@@ -13,8 +13,9 @@ from laminar.errors import ProtocolError
 from laminar.framing import decode_datagram, encode_frame
 from laminar.membership.messages import Ack, Gossip, Message, Nack, Ping, PingReq, Sync, Update
 from laminar.membership.state import MAX_INCARNATION, MemberState
+from laminar.protocol import KIND_SWIM
 
-FRAME_KIND = 0x53  # "S": the frame kind of every SWIM datagram
+FRAME_KIND = KIND_SWIM  # the frame kind of every SWIM datagram
 MAX_DATAGRAM_BYTES = 65507  # the largest UDP payload over IPv4
 MAX_UPDATES = 4096
 MAX_META_ENTRIES = 64

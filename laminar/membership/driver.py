@@ -14,6 +14,7 @@ from laminar.membership import codec
 from laminar.membership.messages import Message
 from laminar.membership.state import Member, MemberEvent, MemberState
 from laminar.membership.swim import Swim, SwimConfig
+from laminar.transport import join_address, split_address
 
 log = structlog.get_logger(__name__)
 
@@ -29,18 +30,6 @@ class DriverStats:
     dropped_malformed: int = 0
     send_errors: int = 0
     callback_errors: int = 0
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """'host:port' or '[v6]:port' to a sendto() address."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"not a host:port address: {address!r}")
-    return host.strip("[]"), int(port)
-
-
-def join_address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Protocol(asyncio.DatagramProtocol):

@@ -38,7 +38,6 @@ from laminar.node.metadata import (
 )
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
-from laminar.node.raft_state import write_durably
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.raft import ConfState, Entry, RaftConfig
@@ -47,9 +46,6 @@ from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
-
-
-ORIGIN_FILE = "origin"
 
 
 def now_ms() -> int:
@@ -361,27 +357,22 @@ class Node:
             await asyncio.sleep(0.01)
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
 
-    def partition_dir(self, topic: Topic, partition: int) -> Path:
-        return self.config.data_dir / "partitions" / f"{topic.name}-{partition}.{topic.topic_id}"
+    def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:
+        """One directory per assignment: a replica assigned again later (a move back) starts
+        fresh instead of reusing the Raft vote and log of a membership it has left."""
+        name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
+        return self.config.data_dir / "partitions" / name
 
     def _open_partition(self, topic: Topic, partition: int, origin: int) -> None:
         """Open (or create) this node's replica; ``origin`` is the metadata offset of the
-        command that assigned it, so a leftover copy from an earlier assignment is never
-        mistaken for this one (its Raft vote and log belong to another membership)."""
+        command that assigned it (see ``partition_dir``)."""
         group = group_id(topic.topic_id, partition)
         if group in self.runtime.replicas:
             return
         settings = topic.settings
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
-        directory = self.partition_dir(topic, partition)
-        marker = directory / ORIGIN_FILE
-        if directory.exists() and (not marker.exists() or marker.read_text() != str(origin)):
-            log.info("discarding a stale copy", topic=topic.name, partition=partition)
-            shutil.rmtree(directory)
-        if not marker.exists():
-            directory.mkdir(parents=True, exist_ok=True)
-            write_durably(marker, str(origin).encode())
+        directory = self.partition_dir(topic, partition, origin)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -27,6 +28,8 @@ from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
 FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
 
 log = structlog.get_logger(__name__)
+
+EXIT_STORAGE_FAILURE = 74  # EX_IOERR
 
 SendToPeer = Callable[[int, list[GroupMessage]], None]
 
@@ -233,8 +236,10 @@ class MultiRaft:
             try:
                 await loop.run_in_executor(self._executor, _sync, jobs)
             except Exception:
-                log.exception("group commit failed; stopping the node is the only safe move")
-                raise
+                # The kernel may have dropped dirty pages: acknowledging anything more could
+                # lose it. Crash-stop; a restart recovers from what is really on disk.
+                log.exception("group commit failed; stopping the node")
+                os._exit(EXIT_STORAGE_FAILURE)
             finally:
                 self._flushing = False
                 for replica in self._close_after_flush:
