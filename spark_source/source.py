@@ -228,10 +228,8 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition, self.options, self.arrow)
 
     def commit(self, end: dict) -> None:
-        # No consumer-group offsets in laminar yet: the checkpoint is the only record, so a
-        # commit only notes progress; repeating it is harmless.
-        if end != self._committed:
-            log.debug("batch committed", end=end)
+        # No consumer-group offsets in laminar yet: Spark's checkpoint is the only record of
+        # progress, so a commit just remembers the last end; repeating it changes nothing.
         self._committed = end
 
     def stop(self) -> None:
