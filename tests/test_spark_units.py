@@ -7,16 +7,21 @@ import itertools
 import json
 import random
 import struct
+import time
 
 import pyarrow as pa
 import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from laminar.errors import CorruptBatchError
 from laminar.segment.batch import build_batch, control_batch, decode_records, stamp
+from spark_source import source as source_module
+from spark_source.cluster_io import Snapshot
 from spark_source.decode import decode_chunk
 from spark_source.options import OptionError, parse_options
 from spark_source.planning import (
     DataLossError,
+    Replica,
     check_start,
     from_json,
     rate_limit,
@@ -24,6 +29,7 @@ from spark_source.planning import (
     to_json,
 )
 from spark_source.schema import arrow_schema, spark_schema
+from spark_source.source import LaminarStreamReader
 
 PLAIN = arrow_schema(spark_schema(False))
 WITH_HEADERS = arrow_schema(spark_schema(True))
@@ -242,3 +248,105 @@ def test_check_start_fails_or_skips_on_deleted_offsets() -> None:
     message = str(info.value)
     assert "'t' partition 1" in message and "[10, 30)" in message
     assert "failOnDataLoss=false" in message
+
+
+# --- driver-side planning of the stream reader, with the cluster snapshot stubbed out -------
+
+
+class FakeCluster:
+    """Stands in for spark_source.source.snapshot: offsets the test sets, replicas fixed."""
+
+    def __init__(self) -> None:
+        self.earliest: dict[tuple[str, int], int] = {}
+        self.latest: dict[tuple[str, int], int] = {}
+
+    def snapshot(self, options, timestamp=None):
+        replicas = {
+            tp: (Replica(1, "127.0.0.1:1"), Replica(2, "127.0.0.1:2")) for tp in self.latest
+        }
+        return Snapshot(replicas, dict(self.earliest), dict(self.latest)), {}
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
+    fake = FakeCluster()
+    monkeypatch.setattr(source_module, "snapshot", fake.snapshot)
+    return fake
+
+
+def stream_reader(**options: str) -> LaminarStreamReader:
+    parsed = parse_options({"subscribe": "t", "bootstrap": "127.0.0.1:1", **options})
+    return LaminarStreamReader(parsed, spark_schema(False))
+
+
+def test_stream_starts_latest_by_default_and_caps_batches_by_lag(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 0, ("t", 1): 0}
+    fake_cluster.latest = {("t", 0): 100, ("t", 1): 20}
+    reader = stream_reader(maxOffsetsPerTrigger="30")
+    assert reader.initialOffset() == {"t": {"0": 100, "1": 20}}
+    start = {"t": {"0": 0, "1": 10}}
+    assert reader.getDefaultReadLimit() == ReadMaxRows(30)
+    end = reader.latestOffset(start, ReadMaxRows(30))
+    assert end == {"t": {"0": 27, "1": 13}}  # lags 100 and 10 share the 30
+    assert reader.latestOffset(start, ReadAllAvailable()) == {"t": {"0": 100, "1": 20}}
+    parts = reader.partitions(start, end)
+    assert [(p.partition, p.start, p.end) for p in parts] == [(0, 0, 27), (1, 10, 13)]
+    assert [r.node_id for r in parts[0].replicas] == [1, 2]
+    assert reader.reportLatestOffset() == {"t": {"0": 100, "1": 20}}
+
+
+def test_new_partitions_are_read_from_earliest(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 0, ("t", 1): 5}
+    fake_cluster.latest = {("t", 0): 10, ("t", 1): 9}
+    reader = stream_reader()
+    end = reader.latestOffset({"t": {"0": 10}}, ReadAllAvailable())
+    assert end == {"t": {"0": 10, "1": 9}}
+    parts = reader.partitions({"t": {"0": 10}}, end)
+    assert [(p.partition, p.start, p.end) for p in parts] == [(1, 5, 9)]
+
+
+def test_available_now_stops_at_the_target(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 0}
+    fake_cluster.latest = {("t", 0): 50}
+    reader = stream_reader(maxOffsetsPerTrigger="40")
+    reader.prepareForTriggerAvailableNow()
+    fake_cluster.latest = {("t", 0): 500}  # data arriving later is not part of this run
+    first = reader.latestOffset({"t": {"0": 0}}, ReadMaxRows(40))
+    assert first == {"t": {"0": 40}}
+    second = reader.latestOffset(first, ReadMaxRows(40))
+    assert second == {"t": {"0": 50}}
+    assert reader.latestOffset(second, ReadMaxRows(40)) == second
+
+
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 0}
+    fake_cluster.latest = {("t", 0): 5}
+    reader = stream_reader(minOffsetsPerTrigger="10", maxTriggerDelay="200ms")
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    start = {"t": {"0": 0}}
+    assert reader.latestOffset(start, ReadMinRows(10)) == start  # too few: wait
+    fake_cluster.latest = {("t", 0): 12}
+    assert reader.latestOffset(start, ReadMinRows(10)) == {"t": {"0": 12}}
+    fake_cluster.latest = {("t", 0): 14}
+    assert reader.latestOffset({"t": {"0": 12}}, ReadMinRows(10)) == {"t": {"0": 12}}
+    time.sleep(0.25)  # waited longer than maxTriggerDelay: take what there is
+    assert reader.latestOffset({"t": {"0": 12}}, ReadMinRows(10)) == {"t": {"0": 14}}
+
+
+def test_planning_reports_retention_data_loss_or_skips(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 40}
+    fake_cluster.latest = {("t", 0): 90}
+    start, end = {"t": {"0": 10}}, {"t": {"0": 90}}
+    with pytest.raises(DataLossError, match=r"topic 't' partition 0: offsets \[10, 40\)"):
+        stream_reader().partitions(start, end)
+    parts = stream_reader(failOnDataLoss="false").partitions(start, end)
+    assert [(p.start, p.end) for p in parts] == [(40, 90)]
+
+
+def test_large_ranges_are_split_into_several_tasks(fake_cluster: FakeCluster) -> None:
+    fake_cluster.earliest = {("t", 0): 0}
+    fake_cluster.latest = {("t", 0): 2500}
+    reader = stream_reader(maxRecordsPerPartition="1000")
+    parts = reader.partitions({"t": {"0": 0}}, {"t": {"0": 2500}})
+    assert [(p.start, p.end) for p in parts] == [(0, 833), (833, 1666), (1666, 2500)]
+    assert [p.index for p in parts] == [0, 1, 2]
