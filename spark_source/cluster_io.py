@@ -13,12 +13,12 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import structlog
 
-from laminar.client import Admin, Consumer, TopicPartition
-from laminar.client.types import FetchedBatches
+from laminar.client import Admin, Cluster, TopicPartition
 from laminar.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
@@ -27,6 +27,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.protocol import read_error
 from spark_source.decode import decode_chunk, offset_after
 from spark_source.options import EARLIEST, LATEST, SourceOptions
 from spark_source.planning import (
@@ -53,6 +54,15 @@ FAILOVER_ERRORS = (
     UnknownPartitionError,
 )
 """Errors that another replica, or the same one a moment later, can cure."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """Whole batches from one fetch (a view into the reply frame) and the replica's bounds."""
+
+    data: memoryview
+    high_watermark: int
+    log_start: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,16 +137,16 @@ class _RangeFetcher:
         self.order = [replica.node_id for replica in part.replicas]
         self.current = 0
         addresses = [r.address for r in part.replicas if r.address]
-        self.consumer = Consumer(
+        self.cluster = Cluster(
             list(dict.fromkeys([*addresses, *options.bootstrap])),
-            request_timeout_ms=options.request_timeout_ms,
+            request_timeout=options.request_timeout_ms / 1000,
         )
 
     async def start(self) -> None:
         deadline = time.monotonic() + self.options.read_retry_timeout_ms / 1000
         while True:
             try:
-                await self.consumer.start()
+                await self.cluster.refresh_metadata()
                 return
             except FAILOVER_ERRORS as exc:
                 if time.monotonic() > deadline:
@@ -146,12 +156,12 @@ class _RangeFetcher:
                 await asyncio.sleep(0.2)
 
     async def close(self) -> None:
-        await self.consumer.close()
+        self.cluster.close()
 
     async def _refresh(self) -> None:
         """After every replica failed once: ask the cluster where the partition lives now."""
         try:
-            cluster = self.consumer.cluster
+            cluster = self.cluster
             await cluster.refresh_metadata()
             leader = cluster.leader_for(self.tp)
             replicas = cluster.replicas_for(self.tp)
@@ -164,7 +174,43 @@ class _RangeFetcher:
             self.order = order
             self.current = 0
 
-    async def fetch(self, offset: int) -> FetchedBatches:
+    async def _fetch_from(self, node: int | None, offset: int, wait_ms: int) -> Fetched:
+        """One fetch request to one replica; the batches stay a view into the reply frame."""
+        cluster = self.cluster
+        connection = await (cluster.connection(node) if node else cluster.any_connection())
+        tp, max_bytes = self.tp, self.max_bytes
+
+        def fill(body: Any) -> None:
+            fetch = body.init("fetch")
+            fetch.maxWaitMs = wait_ms
+            fetch.maxBytes = max_bytes
+            wanted = fetch.init("partitions", 1)[0]
+            wanted.topic = tp.topic
+            wanted.partition = tp.partition
+            wanted.offset = offset
+            wanted.maxBytes = max_bytes
+
+        try:
+            reply, payload = await connection.request(
+                fill, timeout=cluster.request_timeout + wait_ms / 1000
+            )
+        except ConnectionError:
+            cluster.drop_connection(connection.address)
+            raise
+        for result in reply.body.fetch.results:
+            if (result.topic, result.partition) != tp:
+                continue
+            error = read_error(result.error)
+            if isinstance(error, OffsetOutOfRangeError):
+                raise OffsetOutOfRangeError(offset, error.start, error.end)
+            if error is not None:
+                raise error
+            start = result.payloadOffset
+            data = payload[start : start + result.payloadLength]
+            return Fetched(data, result.highWatermark, result.logStart)
+        raise ConnectionError(f"node {node} sent no fetch result for {tp.topic}/{tp.partition}")
+
+    async def fetch(self, offset: int) -> Fetched:
         """Whole batches from ``offset``; OffsetOutOfRangeError only when below log start."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.read_retry_timeout_ms / 1000
@@ -174,9 +220,7 @@ class _RangeFetcher:
         while True:
             node = self.order[self.current] if self.order else None
             try:
-                got = await self.consumer.fetch_batches(
-                    self.tp, offset, self.max_bytes, max_wait_ms=wait_ms, node_id=node
-                )
+                got = await self._fetch_from(node, offset, wait_ms)
                 if got.data or got.high_watermark > offset:
                     return got
                 reason = f"node {node} has committed only up to {got.high_watermark}"
@@ -227,8 +271,8 @@ def read_range(
     # Plain asyncio: laminar.transport asserts asyncio.Transport, which uvloop's is not.
     loop = asyncio.new_event_loop()
     fetcher = _RangeFetcher(part, options)
-    ahead: deque[tuple[int, int, asyncio.Task[FetchedBatches]]] = deque()
-    task: asyncio.Task[FetchedBatches] | None = None
+    ahead: deque[tuple[int, int, asyncio.Task[Fetched]]] = deque()
+    task: asyncio.Task[Fetched] | None = None
     width = max(1, options.fetch_max_bytes // GUESSED_BYTES_PER_OFFSET)
     launched = part.start
 
@@ -239,7 +283,7 @@ def read_range(
             ahead.append((launched, high, loop.create_task(fetcher.fetch(launched))))
             launched = high
 
-    def replace(old: asyncio.Task[FetchedBatches] | None, offset: int) -> asyncio.Task:
+    def replace(old: asyncio.Task[Fetched] | None, offset: int) -> asyncio.Task:
         if old is not None:
             old.cancel()
             loop.run_until_complete(asyncio.gather(old, return_exceptions=True))

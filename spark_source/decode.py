@@ -189,8 +189,8 @@ def _same_size_run(buf: bytes, p: int, limit: int, most: int) -> tuple[int, int,
     run = fits
     stop = p + fits * size
     for i in range(width):
-        column = buf[p + i : stop : size]
-        same = len(column) - len(column.lstrip(buf[p + i : p + i + 1]))
+        column = bytes(buf[p + i : stop : size])
+        same = len(column) - len(column.lstrip(bytes(buf[p + i : p + i + 1])))
         run = min(run, same)
     return (run if run >= _MIN_RUN else 0), size, width, length
 
@@ -395,7 +395,7 @@ class DecodedChunk(NamedTuple):
 
 
 def decode_chunk(
-    buf: bytes,
+    buf: bytes | memoryview,
     topic: str,
     partition: int,
     start: int,

@@ -61,6 +61,8 @@ def test_decode_matches_reference_decoder_for_random_batches() -> None:
         offset += size
     chunk = decode_chunk(buf, "t", 3, 100, offset, WITH_HEADERS)
     assert chunk.next_offset == offset
+    from_view = decode_chunk(memoryview(buf), "t", 3, 100, offset, WITH_HEADERS)  # as fetched
+    assert from_view.batch is not None and from_view.batch.equals(chunk.batch)
     assert chunk.batch is not None
     assert chunk.batch.schema.equals(WITH_HEADERS)
     rows = chunk.batch.to_pylist()
@@ -88,6 +90,8 @@ def test_decode_of_runs_of_same_size_records_matches_reference_decoder() -> None
     buf = stamped(records, 0) + stamped(records[:40], 9000)
     chunk = decode_chunk(buf, "t", 0, 0, 9040, PLAIN)
     assert chunk.batch is not None and chunk.next_offset == 9040
+    from_view = decode_chunk(memoryview(buf), "t", 0, 0, 9040, PLAIN)
+    assert from_view.batch is not None and from_view.batch.equals(chunk.batch)
     expected = decode_records(buf[: len(buf) - len(stamped(records[:40], 9000))])
     expected += decode_records(stamped(records[:40], 9000))
     rows = chunk.batch.to_pylist()
