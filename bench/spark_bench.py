@@ -197,7 +197,7 @@ def main() -> None:
         )
         rows = source.count()  # also the warm-up: first use of a Python source is slow
         assert rows == args.records, f"read {rows} rows, produced {args.records}"
-        batch_rows = (2 * 1024 * 1024) // (VALUE_BYTES + 12)  # rows per 2 MiB fetch
+        batch_rows = (4 * 1024 * 1024) // (VALUE_BYTES + 12)  # rows per 4 MiB fetch
         ceiling = (
             spark.read.format("laminar_bench_ceiling")
             .option("rows", str(args.records))

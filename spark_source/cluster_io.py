@@ -174,11 +174,13 @@ class _RangeFetcher:
             self.order = order
             self.current = 0
 
-    async def _fetch_from(self, node: int | None, offset: int, wait_ms: int) -> Fetched:
+    async def _fetch_from(
+        self, node: int | None, offset: int, wait_ms: int, max_bytes: int
+    ) -> Fetched:
         """One fetch request to one replica; the batches stay a view into the reply frame."""
         cluster = self.cluster
         connection = await (cluster.connection(node) if node else cluster.any_connection())
-        tp, max_bytes = self.tp, self.max_bytes
+        tp = self.tp
 
         def fill(body: Any) -> None:
             fetch = body.init("fetch")
@@ -210,8 +212,9 @@ class _RangeFetcher:
             return Fetched(data, result.highWatermark, result.logStart)
         raise ConnectionError(f"node {node} sent no fetch result for {tp.topic}/{tp.partition}")
 
-    async def fetch(self, offset: int) -> Fetched:
-        """Whole batches from ``offset``; OffsetOutOfRangeError only when below log start."""
+    async def fetch(self, offset: int, max_bytes: int | None = None) -> Fetched:
+        """Whole batches from ``offset`` (about ``max_bytes``, default the fetch size);
+        OffsetOutOfRangeError only when below log start."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.read_retry_timeout_ms / 1000
         delay = 0.05
@@ -220,7 +223,9 @@ class _RangeFetcher:
         while True:
             node = self.order[self.current] if self.order else None
             try:
-                got = await self._fetch_from(node, offset, wait_ms)
+                got = await self._fetch_from(
+                    node, offset, wait_ms, max(max_bytes or 0, self.max_bytes)
+                )
                 if got.data or got.high_watermark > offset:
                     return got
                 reason = f"node {node} has committed only up to {got.high_watermark}"
@@ -262,9 +267,10 @@ def read_range(
     """Yield the records of ``part`` ([start, end) of one partition) as Arrow batches, in
     offset order.
 
-    The range is cut into windows of about one fetch each; a few windows are requested ahead
-    (pipelined on one connection), and a window that needs more than one fetch sends its
-    next fetch as soon as a response arrives (the offset comes from batch headers alone).
+    The range is cut into windows of about one fetch each (sized from the bytes per offset
+    seen so far); a few windows are requested ahead (pipelined on one connection), and a
+    window that needs more than one fetch sends its next fetch as soon as a response arrives
+    (the offset comes from batch headers alone).
     """
     if part.start >= part.end:
         return
@@ -273,14 +279,18 @@ def read_range(
     fetcher = _RangeFetcher(part, options)
     ahead: deque[tuple[int, int, asyncio.Task[Fetched]]] = deque()
     task: asyncio.Task[Fetched] | None = None
-    width = max(1, options.fetch_max_bytes // GUESSED_BYTES_PER_OFFSET)
+    per_offset = float(GUESSED_BYTES_PER_OFFSET)  # bytes per offset, as seen so far
+    slack = 0  # the largest batch seen: a window's fetch asks for that much more
     launched = part.start
 
     def top_up() -> None:
+        """Keep ``prefetchWindows`` windows requested: one fetch's worth of offsets each, and
+        a fetch size with room for the batch that straddles the window's end."""
         nonlocal launched
         while len(ahead) < options.prefetch_windows and launched < part.end:
-            high = min(part.end, launched + width)
-            ahead.append((launched, high, loop.create_task(fetcher.fetch(launched))))
+            high = min(part.end, launched + max(1, int(fetcher.max_bytes / per_offset)))
+            request = loop.create_task(fetcher.fetch(launched, fetcher.max_bytes + slack))
+            ahead.append((launched, high, request))
             launched = high
 
     def replace(old: asyncio.Task[Fetched] | None, offset: int) -> asyncio.Task:
@@ -302,7 +312,10 @@ def read_range(
                     offset = _skip_deleted(part, offset, exc.start, options)
                     task = loop.create_task(fetcher.fetch(offset)) if offset < high else None
                     continue
-                following = offset_after(got.data, offset)
+                following, largest = offset_after(got.data, offset)
+                if following > offset:
+                    per_offset = max(1.0, len(got.data) / (following - offset))
+                    slack = max(slack, largest)
                 task = loop.create_task(fetcher.fetch(following)) if following < high else None
                 top_up()
                 loop.run_until_complete(asyncio.sleep(0))  # let the requests go out now
@@ -311,9 +324,6 @@ def read_range(
                     _grow_fetch(fetcher, part, offset)
                     task = replace(task, offset)
                     continue
-                if offset == low and following > offset:
-                    # Next windows: a bit less than one fetch returns, so one fetch each.
-                    width = max(1, (following - offset) * 7 // 8)
                 offset = chunk.next_offset
                 if offset < high and (task is None or following != offset):
                     task = replace(task, offset)  # not expected: headers and decoder disagree

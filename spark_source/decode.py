@@ -99,22 +99,27 @@ def iter_spans(buf: bytes | memoryview) -> Iterator[BatchSpan]:
         position += length
 
 
-def offset_after(buf: bytes | memoryview, offset: int) -> int:
-    """The offset after the last whole batch in ``buf`` (``offset`` if there is none).
+class Walked(NamedTuple):
+    following: int  # offset after the last whole batch (the start offset if none)
+    largest_batch: int  # bytes of the largest whole batch seen (0 if none)
 
-    Reads batch headers only (no crc check, no records), to send the next fetch early.
-    """
+
+def offset_after(buf: bytes | memoryview, offset: int) -> Walked:
+    """Where the whole batches in ``buf`` end, from batch headers only (no crc, no records):
+    enough to send the next fetch before decoding this one."""
     size = len(buf)
     position = 0
     following = offset
+    largest = 0
     while size - position >= HEADER_SIZE:
         base_offset, _, length = _PREFIX.unpack_from(buf, position)
         if length < HEADER_SIZE or size - position < length:
             break
         (last_delta,) = _LAST_DELTA.unpack_from(buf, position + 28)
         following = max(following, base_offset + last_delta + 1)
+        largest = max(largest, length)
         position += length
-    return following
+    return Walked(following, largest)
 
 
 _PREFIX = struct.Struct("<qqi")

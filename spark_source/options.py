@@ -180,8 +180,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         min_partitions=_int(opts, "minPartitions", None, minimum=1),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000, minimum=1)
         or 1_000_000,
-        fetch_max_bytes=_int(opts, "fetchMaxBytes", 2 * 1024 * 1024, minimum=1024)
-        or 2 * 1024 * 1024,
+        fetch_max_bytes=_int(opts, "fetchMaxBytes", 4 * 1024 * 1024, minimum=1024)
+        or 4 * 1024 * 1024,
         prefetch_windows=_int(opts, "prefetchWindows", 3, minimum=1) or 3,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=100) or 30_000,
         read_retry_timeout_ms=_int(opts, "readRetryTimeoutMs", 60_000, minimum=0) or 0,
