@@ -239,3 +239,16 @@ async def test_assign_checks_partitions_and_positions(fake: FakeCluster) -> None
             await consumer.seek(T1, 0)
         await consumer.assign([T1])
         assert consumer.assignment() == [T1]
+
+
+async def test_reassigning_while_a_long_poll_is_in_flight(fake: FakeCluster) -> None:
+    """A fetch task created for a partition that is unassigned before it runs must not wedge
+    its node: the next partition on that node is still read."""
+    for tp in (T0, T1):
+        put(fake, tp, [b"a", b"b"])
+    async with Consumer(fake.bootstrap, max_wait_ms=500) as consumer:
+        for tp in (T0, T1, T0):
+            await consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            records = await drain(consumer, 2)
+            assert [r.value for r in records] == [b"a", b"b"]

@@ -174,7 +174,11 @@ async def test_join_failure_and_drain_keep_every_record(tmp_path: Path) -> None:
                 await consumer.assign([tp])
                 await consumer.seek_to_beginning(tp)
                 end = (await consumer.fetch_batches(tp, 0, 1)).high_watermark
+                deadline = time.monotonic() + 30
                 while consumer.position(tp) < end:
+                    assert time.monotonic() < deadline, (
+                        f"partition {partition} stuck at {consumer.position(tp)} of {end}"
+                    )
                     for record in await consumer.getmany(timeout_ms=1000):
                         assert record.value not in stored, f"{record.value!r} stored twice"
                         stored[record.value or b""] = (record.partition, record.offset)

@@ -296,16 +296,17 @@ class Consumer:
         for node, tps in by_node.items():
             if node in self._fetches:
                 continue
-            task = asyncio.create_task(self._fetch(node, tps))
-            self._fetches[node] = task
+            # Positions are taken now: by the time the task runs, a partition may be gone.
+            offsets = {tp: (self._fetch_offsets[tp], self._epochs[tp]) for tp in tps}
+            self._fetches[node] = asyncio.create_task(self._fetch(node, offsets))
 
     def _refresh_later(self, tp: TopicPartition) -> None:
         self._backoff_until[tp] = time.monotonic() + RETRY_BACKOFF
         asyncio.get_running_loop().call_later(RETRY_BACKOFF, self._arrived.set)
         self.cluster.refresh_soon()
 
-    async def _fetch(self, node_id: int, tps: list[TopicPartition]) -> None:
-        offsets = {tp: (self._fetch_offsets[tp], self._epochs[tp]) for tp in tps}
+    async def _fetch(self, node_id: int, offsets: dict[TopicPartition, tuple[int, int]]) -> None:
+        tps = list(offsets)
         try:
             reply, payload = await self._fetch_request(
                 node_id,

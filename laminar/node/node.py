@@ -184,6 +184,7 @@ class Node:
     def _peer_up(self, peer: int, peer_address: str, client_address: str) -> None:
         self.client_addresses[peer] = client_address
         log.info("peer connected", peer=peer, address=peer_address)
+        self.runtime.node_up(peer)
 
     async def _liveness_loop(self) -> None:
         while True:

@@ -119,6 +119,14 @@ class MultiRaft:
                 self._active.add(replica)
                 self.wake(replica)
 
+    def node_up(self, node_id: int) -> None:
+        """A peer node is back: its groups may count it again (and catch it up)."""
+        for replica in self.replicas.values():
+            if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
+                replica.raft.report_node_up(node_id)
+                self._active.add(replica)
+                self.wake(replica)
+
     def wake(self, replica: Replica) -> None:
         """Mark a group as having work; one callback soon drains all marked groups."""
         self._pending.add(replica)
