@@ -9,7 +9,7 @@ Follows Das, Gupta and Motivala (2002) with the Lifeguard refinements memberlist
 timeouts that start long and shrink with independent confirmations, a suspect target is told it
 is suspected on the probe itself ("buddy system"), local health (helpers nack, and a member whose
 probes fail without nacks stretches its own timing), and dead states received in a full sync are
-only taken as suspicion so that the accused can refute them. docs/ARCHITECTURE-membership.md
+only taken as suspicion so that the accused can refute them. docs/ARCHITECTURE.md
 describes the additions that make 10% packet loss safe.
 """
 
