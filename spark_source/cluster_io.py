@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import structlog
+import uvloop
 
 from laminar.client import Admin, Cluster, TopicPartition
 from laminar.errors import (
@@ -274,8 +275,7 @@ def read_range(
     """
     if part.start >= part.end:
         return
-    # Plain asyncio: laminar.transport asserts asyncio.Transport, which uvloop's is not.
-    loop = asyncio.new_event_loop()
+    loop = uvloop.new_event_loop()
     fetcher = _RangeFetcher(part, options)
     ahead: deque[tuple[int, int, asyncio.Task[Fetched]]] = deque()
     task: asyncio.Task[Fetched] | None = None
