@@ -136,7 +136,7 @@ class _RangeFetcher:
         self.options = options
         self.max_bytes = options.fetch_max_bytes
         self.order = [replica.node_id for replica in part.replicas]
-        self.current = 0
+        self.benched: dict[int, float] = {}  # node id -> loop time until which to avoid it
         addresses = [r.address for r in part.replicas if r.address]
         self.cluster = Cluster(
             list(dict.fromkeys([*addresses, *options.bootstrap])),
@@ -173,7 +173,6 @@ class _RangeFetcher:
         order += [node for node in replicas if node != leader]
         if order:
             self.order = order
-            self.current = 0
 
     async def _fetch_from(
         self, node: int | None, offset: int, wait_ms: int, max_bytes: int
@@ -213,21 +212,37 @@ class _RangeFetcher:
             return Fetched(data, result.highWatermark, result.logStart)
         raise ConnectionError(f"node {node} sent no fetch result for {tp.topic}/{tp.partition}")
 
+    def _pick(self, now: float) -> int | None:
+        """The first replica (leader first) not benched by a recent failure; if all are, the
+        one whose bench ends first."""
+        if not self.order:
+            return None
+        for node in self.order:
+            if self.benched.get(node, 0.0) <= now:
+                return node
+        return min(self.order, key=lambda node: self.benched.get(node, 0.0))
+
     async def fetch(self, offset: int, max_bytes: int | None = None) -> Fetched:
         """Whole batches from ``offset`` (about ``max_bytes``, default the fetch size);
-        OffsetOutOfRangeError only when below log start."""
+        OffsetOutOfRangeError only when below log start.
+
+        A replica that fails is benched for a moment, so the fetches a task has in flight
+        all move on to the next replica instead of each retrying the dead one.
+        """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.read_retry_timeout_ms / 1000
         delay = 0.05
         wait_ms = 0
-        tried = 0
+        failures = 0
         while True:
-            node = self.order[self.current] if self.order else None
+            node = self._pick(loop.time())
             try:
                 got = await self._fetch_from(
                     node, offset, wait_ms, max(max_bytes or 0, self.max_bytes)
                 )
                 if got.data or got.high_watermark > offset:
+                    if node is not None:
+                        self.benched.pop(node, None)
                     return got
                 reason = f"node {node} has committed only up to {got.high_watermark}"
             except OffsetOutOfRangeError as exc:
@@ -248,14 +263,18 @@ class _RangeFetcher:
                     f"offset {offset} within {self.options.read_retry_timeout_ms} ms "
                     f"(last: {reason})"
                 )
-            tried += 1
-            self.current = (self.current + 1) % max(1, len(self.order))
+            if node is not None:
+                self.benched[node] = loop.time() + BENCH_SECONDS
             wait_ms = 200
-            if tried >= len(self.order):
-                tried = 0
+            failures += 1
+            if failures % max(1, len(self.order)) == 0:  # every replica failed once more
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 await self._refresh()
+
+
+BENCH_SECONDS = 2.0
+"""How long a replica that failed a fetch is passed over (while others are tried)."""
 
 
 GUESSED_BYTES_PER_OFFSET = 128

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from spark_source.cluster_io import read_range, snapshot
+from spark_source.options import parse_options
+from spark_source.planning import LaminarInputPartition
+from spark_source.schema import arrow_schema, spark_schema
 from tests.cluster_fixture import ClusterHandle
 from tests.spark_session import (  # noqa: F401
     _leader,
@@ -240,6 +244,9 @@ def test_query_survives_a_partition_leader_being_killed(
         .start()
     )
     victim = asyncio.run(_leader(laminar_cluster.bootstrap, topic, 0))
+    options = parse_options({"bootstrap": laminar_cluster.bootstrap, "subscribe": topic})
+    planned, _ = snapshot(options)  # replicas as planned before the crash: victim first
+    assert planned.replicas[(topic, 0)][0].node_id == victim
     try:
         deadline = time.monotonic() + 60
         while len([p for p in query.recentProgress if p["numInputRows"]]) < 2:
@@ -254,6 +261,15 @@ def test_query_survives_a_partition_leader_being_killed(
         assert all(acked[(r["partition"], r["offset"])] == r["value"] for r in rows)
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
         assert max(sizes) <= 100 and len(sizes) >= 15
+        # A task planned with the dead leader first still reads its range, from a follower.
+        tp = (topic, 0)
+        stale = LaminarInputPartition(
+            0, topic, 0, planned.earliest[tp], planned.latest[tp], planned.replicas[tp]
+        )
+        schema = arrow_schema(spark_schema(False))
+        batches = list(read_range(stale, options, schema))
+        got = [(0, o) for b in batches for o in b.column("offset").to_pylist()]
+        assert Counter(got) == Counter(k for k in acked if k[0] == 0)
     finally:
         if query.isActive:
             query.stop()
