@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from laminar.client import Admin, Producer
+from laminar.client import Admin, Producer, TopicPartition
 from laminar.client.connection import Connection
 from laminar.errors import (
     BatchTooLargeError,
@@ -33,6 +33,7 @@ from tests.cluster_fixture import ClusterHandle, start_cluster
 
 pytestmark = pytest.mark.slow
 TOPIC = "proto"
+T = 1_800_000_000_000  # later than every other record of the module
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +197,20 @@ async def test_metadata_and_status_from_any_node(cluster: ClusterHandle) -> None
             assert {m.node_id for m in status.members} == set(cluster.nodes)
             assert all(m.state == "alive" for m in status.members)
             assert {(p.topic, p.partition) for p in status.partitions} >= {(TOPIC, 0), (TOPIC, 1)}
+
+
+async def test_list_offsets_by_timestamp_finds_the_record(cluster: ClusterHandle) -> None:
+    leader, _ = await leader_and_follower(cluster)
+    batch = build_batch(
+        [(None, b"a", (), T + 5_000), (None, b"b", (), T + 6_000), (None, b"c", (), T + 7_000)]
+    )
+    ((error, base),) = await produce_errors(leader, [(TOPIC, 0, batch)])
+    assert error is None
+    async with Admin(cluster.bootstrap) as admin:
+        tp = TopicPartition(TOPIC, 0)
+        assert (await admin.list_offsets([tp], T + 6_000))[tp] == base + 1
+        assert (await admin.list_offsets([tp], T + 6_500))[tp] == base + 2
+        assert (await admin.list_offsets([tp], 10**15))[tp] == -1
 
 
 async def test_timeout_when_majority_is_down(cluster: ClusterHandle) -> None:

@@ -338,7 +338,7 @@ class ClientServer:
                 elif query.timestamp == LATEST:
                     slot.offset = high
                 else:
-                    found = replica.log.offset_for_timestamp(query.timestamp)
+                    found = first_offset_at(replica, query.timestamp)
                     slot.offset = found if found is not None and found < high else -1
             except LaminarError as exc:
                 fill_error(slot.error, exc)
@@ -398,3 +398,19 @@ class ClientServer:
                 rslot.nodeId = rep["node_id"]
                 rslot.matchOffset = rep["match"]
                 rslot.lag = rep["lag"]
+
+
+def first_offset_at(replica: Replica, timestamp: int) -> int | None:
+    """The first record offset with a timestamp >= ``timestamp`` (Kafka's ListOffsets).
+
+    The time index finds the first batch whose newest record reaches the time; the records
+    inside that one batch are then checked, since a batch spans a range of timestamps.
+    """
+    found = replica.log.offset_for_timestamp(timestamp)
+    if found is None:
+        return None
+    (batch,) = replica.log.batches(found, found + 1, 1)[:1]
+    for record in record_batch.decode_records(batch):
+        if record.timestamp >= timestamp:
+            return record.offset
+    return found
