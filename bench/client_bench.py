@@ -12,7 +12,6 @@ and as baselines the same number of records encoded with `build_batch` alone and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import tempfile
@@ -25,11 +24,11 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from cluster_fixture import free_port_pairs  # noqa: E402
+from cluster_fixture import free_port_pairs
 
-from laminar.client import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from laminar.client.localcluster import LocalCluster  # noqa: E402
-from laminar.segment.batch import build_batch, decode_records  # noqa: E402
+from laminar.client import Admin, Consumer, Producer, TopicPartition
+from laminar.client.localcluster import LocalCluster
+from laminar.segment.batch import build_batch, decode_records
 
 VALUE = b"x" * 100
 PARTITIONS = 3

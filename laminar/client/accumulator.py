@@ -13,6 +13,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterable
 
+from laminar.client.delivery import RecordFuture, resolve
 from laminar.client.types import Headers, RecordMetadata, TopicPartition
 from laminar.segment.batch import HEADER_SIZE, build_batch
 
@@ -33,19 +34,27 @@ def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int
 
 
 class ProducerBatch:
-    """Records bound for one partition, sent (and retried) as one record batch."""
+    """Records bound for one partition, sent (and retried) as one record batch.
+
+    Its records are settled together: ``finished`` with a ``base_offset`` or an ``error``;
+    per-record handles (RecordFuture) read their result from here.
+    """
 
     __slots__ = (
         "attempts",
+        "base_offset",
         "created",
         "data",
         "done",
-        "futures",
+        "error",
+        "finished",
+        "loop",
         "records",
         "retry_at",
         "sequence",
         "size",
         "tp",
+        "waiters",
     )
 
     def __init__(
@@ -54,12 +63,16 @@ class ProducerBatch:
         self.tp = tp
         self.created = created
         self.sequence = sequence
+        self.loop = loop
         self.records: list[RecordTuple] = []
-        self.futures: list[asyncio.Future[RecordMetadata]] = []
         self.size = HEADER_SIZE
         self.attempts = 0
         self.retry_at = 0.0
         self.data: bytes | None = None
+        self.finished = False
+        self.base_offset = -1
+        self.error: BaseException | None = None
+        self.waiters: list[tuple[asyncio.Future[RecordMetadata], int]] = []
         self.done: asyncio.Future[None] = loop.create_future()
 
     def build(self, producer_id: int = -1, base_sequence: int = -1) -> bytes:
@@ -78,20 +91,20 @@ class ProducerBatch:
         return self.data
 
     def complete(self, base_offset: int) -> None:
-        topic, partition = self.tp
-        for index, (future, record) in enumerate(zip(self.futures, self.records, strict=True)):
-            if not future.done():
-                offset = base_offset + index if base_offset >= 0 else -1
-                future.set_result(RecordMetadata(topic, partition, offset, record[3]))
-        self._finish()
+        if not self.finished:
+            self.base_offset = base_offset
+            self._finish()
 
     def fail(self, error: BaseException) -> None:
-        for future in self.futures:
-            if not future.done():
-                future.set_exception(error)
-        self._finish()
+        if not self.finished:
+            self.error = error
+            self._finish()
 
     def _finish(self) -> None:
+        self.finished = True
+        for future, index in self.waiters:
+            resolve(future, self, index)
+        self.waiters.clear()
         if not self.done.done():
             self.done.set_result(None)
 
@@ -116,6 +129,8 @@ class RecordAccumulator:
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        # The batch that takes the partition's next record: its queue's tail, not yet built.
+        self._open: dict[TopicPartition, ProducerBatch] = {}
         self._sequence = itertools.count()
         self._flush_upto = -1
         self._last_sequence = -1
@@ -128,37 +143,43 @@ class RecordAccumulator:
         headers: Headers,
         timestamp_ms: int,
         now: float | None = None,
-    ) -> tuple[asyncio.Future[RecordMetadata], bool]:
-        """Buffer one record; returns its future and whether the sender should look now.
+    ) -> tuple[RecordFuture, bool]:
+        """Buffer one record; returns its handle and whether the sender should look now.
 
         The sender must look when a batch is created (a new linger deadline) or becomes full.
-        ``now`` defaults to the loop's clock.
+        ``now`` defaults to the loop's clock. This is the per-record hot path: no future and
+        no allocation beyond the record tuple and its handle.
         """
         if headers:
             size = record_size(key, value, headers)
         else:
             size = RECORD_OVERHEAD + (len(key) if key else 0) + (len(value) if value else 0)
+        batch = self._open.get(tp)
+        if batch is None or (batch.size + size > self.batch_bytes and batch.records):
+            batch = self._new_batch(tp, now)
+            look = True
+        else:
+            look = False
+        records = batch.records
+        handle = RecordFuture(batch, len(records))
+        records.append((key, value, headers, timestamp_ms))
+        batch.size += size
+        self.buffered_bytes += size
+        if batch.size >= self.batch_bytes:
+            del self._open[tp]  # full: the next record starts a new batch
+            look = True
+        return handle, look
+
+    def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
+        created_at = self._loop.time() if now is None else now
+        batch = ProducerBatch(tp, created_at, next(self._sequence), self._loop)
+        self._last_sequence = batch.sequence
         queue = self._queues.get(tp)
         if queue is None:
             queue = self._queues[tp] = deque()
-        batch = queue[-1] if queue else None
-        created = False
-        if (
-            batch is None
-            or batch.data is not None
-            or (batch.records and batch.size + size > self.batch_bytes)
-        ):
-            created_at = self._loop.time() if now is None else now
-            batch = ProducerBatch(tp, created_at, next(self._sequence), self._loop)
-            self._last_sequence = batch.sequence
-            queue.append(batch)
-            created = True
-        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
-        batch.records.append((key, value, headers, timestamp_ms))
-        batch.futures.append(future)
-        batch.size += size
-        self.buffered_bytes += size
-        return future, created or batch.size >= self.batch_bytes
+        queue.append(batch)
+        self._open[tp] = batch
+        return batch
 
     def ready(self, now: float) -> tuple[list[ProducerBatch], float | None]:
         """Head batches to send now (one per idle partition) and when to look again."""
@@ -190,6 +211,8 @@ class RecordAccumulator:
             queue = self._queues[batch.tp]
             assert queue[0] is batch, "only a partition's head batch can be sent"
             queue.popleft()
+            if self._open.get(batch.tp) is batch:
+                del self._open[batch.tp]
             if batch.data is None:
                 sequence = self._sequences.get(batch.tp, 0) if self.producer_id >= 0 else -1
                 batch.build(self.producer_id, sequence)
@@ -226,6 +249,7 @@ class RecordAccumulator:
                 batch.fail(error)
                 self.buffered_bytes -= batch.size - HEADER_SIZE
         self._queues.clear()
+        self._open.clear()
 
     @property
     def in_flight(self) -> int:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections import defaultdict
 from collections.abc import Sequence
+from time import time_ns
 from typing import Any
 
 import structlog
@@ -23,6 +23,7 @@ import structlog
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
+from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.types import DEFAULT_BOOTSTRAP, Headers, RecordMetadata, TopicPartition
@@ -94,6 +95,7 @@ class Producer:
         self._space = asyncio.Event()
         self._requests: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._partition_cache: dict[str, tuple[TopicDescription, tuple[TopicPartition, ...]]] = {}
         # A random id is unique enough: 62 bits, one per Producer object.
         self.producer_id = random.getrandbits(62) if idempotent else -1
 
@@ -145,10 +147,12 @@ class Producer:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
-    ) -> asyncio.Future[RecordMetadata]:
-        """Buffer one record; the returned future resolves when the record is acknowledged.
+    ) -> RecordFuture:
+        """Buffer one record; the returned awaitable resolves when the record is acknowledged.
 
-        Waits only while the buffer is full (back-pressure) or the topic's metadata is loading.
+        It yields the record's RecordMetadata or raises its delivery error, and works with
+        ``asyncio.gather``/``wait``/``wait_for`` like a future. Waits only while the buffer is
+        full (back-pressure) or the topic's metadata is loading.
         """
         accumulator = self._accumulator
         if accumulator is None or self._closed:
@@ -161,28 +165,42 @@ class Producer:
         if headers:
             _check_headers(headers)
         if timestamp_ms is None:
-            timestamp_ms = time.time_ns() // 1_000_000
+            timestamp_ms = time_ns() // 1_000_000
+        description = self._cluster.metadata.topics.get(topic)  # type: ignore[union-attr]
+        cached = self._partition_cache.get(topic)
+        if cached is None or cached[0] is not description:
+            cached = await self._cache_partitions(topic)
+        tps = cached[1]
+        if partition is None:
+            partition = self._partitioner(topic, key, len(tps))
+        elif not 0 <= partition < len(tps):
+            raise UnknownPartitionError(
+                f"topic {topic!r} has no partition {partition} (it has {len(tps)})"
+            )
+        if accumulator.buffered_bytes >= self.buffer_bytes:
+            await self._wait_for_space(accumulator)
+        handle, look = accumulator.append(tps[partition], key, value, headers, timestamp_ms)
+        if look:
+            self._wakeup.set()
+        return handle
+
+    async def _cache_partitions(
+        self, topic: str
+    ) -> tuple[TopicDescription, tuple[TopicPartition, ...]]:
+        """The topic's description and one TopicPartition per partition, reused per record."""
         description = self._topics.get(topic)
         if description is None:
             description = await self._load_topic(topic)
-        count = len(description.partitions)
-        if partition is None:
-            partition = self._partitioner(topic, key, count)
-        elif not 0 <= partition < count:
-            raise UnknownPartitionError(
-                f"topic {topic!r} has no partition {partition} (it has {count})"
-            )
+        tps = tuple(TopicPartition(topic, i) for i in range(len(description.partitions)))
+        cached = self._partition_cache[topic] = (description, tps)
+        return cached
+
+    async def _wait_for_space(self, accumulator: RecordAccumulator) -> None:
         while accumulator.buffered_bytes >= self.buffer_bytes:
             self._space.clear()
             await self._space.wait()
             if self._closed:
                 raise RuntimeError("producer closed while waiting for buffer space")
-        future, look = accumulator.append(
-            TopicPartition(topic, partition), key, value, headers, timestamp_ms
-        )
-        if look:
-            self._wakeup.set()
-        return future
 
     async def send_and_wait(
         self,
