@@ -28,6 +28,7 @@ MIN_RECORD_SIZE = 7
 
 _HEADER = struct.Struct("<qqiIBBHiqqqhHii")
 _STAMP = struct.Struct("<qq")
+_LENGTH = struct.Struct("<qqi")  # base_offset, term, batch_length
 _CRC = struct.Struct("<I")
 _TAIL = struct.Struct("<BBHiqqqhHii")  # bytes 24..67, written after the records
 _INT64_MIN = -(1 << 63)
@@ -92,31 +93,21 @@ def build_batch(
     """
     if not records:
         raise ValueError("a batch holds at least one record")
+    # One pass: each record's body is joined once (its length prefix needs its size), and all
+    # pieces are joined once at the end; small varints come from the precomputed table.
     enc = varint.encode
     table = varint._TABLE
     first_ts = records[0][3]
     max_ts = first_ts
-    out = bytearray(HEADER_SIZE)
+    parts: list[bytes | bytearray] = [bytes(HEADER_SIZE)]
+    add = parts.append
+    join = b"".join
     for delta, (key, value, headers, ts) in enumerate(records):
         if ts > max_ts:
             max_ts = ts
         tsd = ts - first_ts
-        tsd_b = table[tsd + 1] if -1 <= tsd < 16384 else enc(tsd)
-        od_b = table[delta + 1] if delta < 16384 else enc(delta)
-        if key is None:
-            klen_b = b"\x01"
-            klen = 0
-        else:
-            klen = len(key)
-            klen_b = table[klen + 1] if klen < 16384 else enc(klen)
-        if value is None:
-            vlen_b = b"\x01"
-            vlen = 0
-        else:
-            vlen = len(value)
-            vlen_b = table[vlen + 1] if vlen < 16384 else enc(vlen)
         if headers:
-            hbuf = bytearray(enc(len(headers)))
+            hbuf: bytes | bytearray = bytearray(enc(len(headers)))
             for hkey, hval in headers:
                 hk = hkey.encode()
                 hbuf += enc(len(hk))
@@ -128,23 +119,33 @@ def build_batch(
                     hbuf += hval
         else:
             hbuf = b"\x00"
-        body_len = 1 + len(tsd_b) + len(od_b) + len(klen_b) + klen + len(vlen_b) + vlen + len(hbuf)
-        out += table[body_len + 1] if body_len < 16384 else enc(body_len)
-        out += b"\x00"
-        out += tsd_b
-        out += od_b
-        out += klen_b
-        if key:
-            out += key
-        out += vlen_b
-        if value:
-            out += value
-        out += hbuf
+        if key is None:
+            kpart = b"\x01"
+        else:
+            klen = len(key)
+            kpart = (table[klen + 1] if klen < 16384 else enc(klen)) + key
+        if value is None:
+            vpart = b"\x01"
+        else:
+            vlen = len(value)
+            vpart = (table[vlen + 1] if vlen < 16384 else enc(vlen)) + value
+        body = join(
+            (
+                b"\x00",
+                table[tsd + 1] if -1 <= tsd < 16384 else enc(tsd),
+                table[delta + 1] if delta < 16384 else enc(delta),
+                kpart,
+                vpart,
+                hbuf,
+            )
+        )
+        size = len(body)
+        add(table[size + 1] if size < 16384 else enc(size))
+        add(body)
+    out = bytearray(join(parts))
     count = len(records)
     attributes = ATTR_CONTROL if control else 0
-    total = len(out)
-    _STAMP.pack_into(out, 0, 0, 0)
-    struct.pack_into("<i", out, 16, total)
+    _LENGTH.pack_into(out, 0, 0, 0, len(out))
     _TAIL.pack_into(
         out,
         CRC_START,
