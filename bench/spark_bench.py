@@ -21,13 +21,16 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
+from pyspark.sql.types import StructType  # noqa: E402
 
 from laminar.client import Admin, Producer  # noqa: E402
 from laminar.client.localcluster import LocalCluster  # noqa: E402
@@ -44,10 +47,10 @@ class CeilingSource(DataSource):
     def name(cls) -> str:
         return "laminar_bench_ceiling"
 
-    def schema(self):
+    def schema(self) -> StructType:
         return spark_schema(False)
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> DataSourceReader:
         return CeilingReader(
             int(self.options["rows"]), int(self.options["partitions"]), int(self.options["batch"])
         )
@@ -64,7 +67,7 @@ class CeilingReader(DataSourceReader):
             for i in range(self.parts)
         ]
 
-    def read(self, partition: InputPartition):
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         index, rows = partition.value
         schema = arrow_schema(spark_schema(False))
         n = min(self.batch, rows)
@@ -128,7 +131,7 @@ async def fill_topic(bootstrap: str, records: int, partitions: int) -> bool:
     return True
 
 
-def make_spark(workdir: Path, cores: int):
+def make_spark(workdir: Path, cores: int) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
@@ -156,7 +159,7 @@ def make_spark(workdir: Path, cores: int):
     return spark
 
 
-def timed(df) -> float:
+def timed(df: DataFrame) -> float:
     start = time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
     return time.perf_counter() - start

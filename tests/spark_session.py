@@ -12,11 +12,15 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from laminar.client import Admin, Producer, TopicPartition
 from tests.cluster_fixture import ClusterHandle, start_cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LOG4J = """\
 rootLogger.level = error
@@ -29,7 +33,7 @@ appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
 """
 
 
-def make_spark(workdir: Path):  # -> SparkSession (pyspark imported lazily: it is slow)
+def make_spark(workdir: Path) -> SparkSession:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -57,7 +61,7 @@ def make_spark(workdir: Path):  # -> SparkSession (pyspark imported lazily: it i
 
 
 @pytest.fixture(scope="session", name="spark")
-def spark_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+def spark_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = make_spark(tmp_path_factory.mktemp("spark"))
     try:
         yield session

@@ -15,6 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_source.cluster_io import read_range, snapshot
 from spark_source.options import parse_options
@@ -42,7 +44,9 @@ def _records(prefix: str, count: int, partitions: int) -> list[tuple[int, bytes,
     ]
 
 
-def _acked(records, placed) -> dict[tuple[int, int], bytes]:
+def _acked(
+    records: list[tuple[int, bytes, bytes | None]], placed: list[tuple[int, int]]
+) -> dict[tuple[int, int], bytes]:
     """(partition, offset) -> value, from the producer's acknowledgements."""
     return {
         (partition, offset): value
@@ -50,7 +54,7 @@ def _acked(records, placed) -> dict[tuple[int, int], bytes]:
     }
 
 
-def _reader(session, cluster: ClusterHandle, topic: str, **options: str):
+def _reader(session: SparkSession, cluster: ClusterHandle, topic: str, **options: str) -> DataFrame:
     reader = session.read if options.pop("batch", "") else session.readStream
     reader = reader.format("laminar").option("bootstrap", cluster.bootstrap)
     reader = reader.option("subscribe", topic)
@@ -59,7 +63,9 @@ def _reader(session, cluster: ClusterHandle, topic: str, **options: str):
     return reader.load()
 
 
-def _run_available_now(df, checkpoint: Path, *, sink: str, path: Path | None = None):
+def _run_available_now(
+    df: DataFrame, checkpoint: Path, *, sink: str, path: Path | None = None
+) -> StreamingQuery:
     writer = df.writeStream.trigger(availableNow=True).option("checkpointLocation", str(checkpoint))
     if sink == "memory":
         assert path is None
@@ -73,7 +79,7 @@ def _run_available_now(df, checkpoint: Path, *, sink: str, path: Path | None = N
     return query
 
 
-def _pairs(rows) -> list[tuple[int, int]]:
+def _pairs(rows: list[Row]) -> list[tuple[int, int]]:
     return [(row["partition"], row["offset"]) for row in rows]
 
 
@@ -91,7 +97,9 @@ def retained_topic(laminar_cluster: ClusterHandle) -> dict[tuple[int, int], byte
     return acked
 
 
-def test_batch_read_of_exact_offset_ranges(spark, laminar_cluster: ClusterHandle) -> None:
+def test_batch_read_of_exact_offset_ranges(
+    spark: SparkSession, laminar_cluster: ClusterHandle
+) -> None:
     topic = "spark-batch"
     create_topic(laminar_cluster.bootstrap, topic, 3)
     records = _records("b", 300, 3)
@@ -140,7 +148,7 @@ def test_batch_read_of_exact_offset_ranges(spark, laminar_cluster: ClusterHandle
 
 
 def test_available_now_with_max_offsets_per_trigger_caps_every_batch(
-    spark,
+    spark: SparkSession,
     laminar_cluster: ClusterHandle,
     tmp_path: Path,
 ) -> None:
@@ -162,7 +170,7 @@ def test_available_now_with_max_offsets_per_trigger_caps_every_batch(
 
 
 def test_restart_from_checkpoint_reads_every_record_exactly_once(
-    spark,
+    spark: SparkSession,
     laminar_cluster: ClusterHandle,
     tmp_path: Path,
 ) -> None:
@@ -196,7 +204,7 @@ def _wait_for_retention(cluster: ClusterHandle, timeout: float) -> int:
 
 
 def test_retention_of_unread_offsets_fails_or_skips_per_fail_on_data_loss(
-    spark,
+    spark: SparkSession,
     laminar_cluster: ClusterHandle,
     retained_topic: dict[tuple[int, int], bytes],
     tmp_path: Path,
@@ -225,7 +233,7 @@ def test_retention_of_unread_offsets_fails_or_skips_per_fail_on_data_loss(
 
 
 def test_query_survives_a_partition_leader_being_killed(
-    spark,
+    spark: SparkSession,
     laminar_cluster: ClusterHandle,
     tmp_path: Path,
 ) -> None:
