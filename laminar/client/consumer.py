@@ -18,6 +18,7 @@ import structlog
 
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
+from laminar.client.decoding import decode_consumer_records
 from laminar.client.offsets import list_offsets, target_node
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, ConsumerRecord, FetchedBatches, TopicPartition
@@ -361,27 +362,18 @@ class Consumer:
         records: list[ConsumerRecord] = []
         next_offset = offset
         topic, partition = tp
+        check_crcs = self.check_crcs
         for position, header in iter_batches(data):
-            batch = data[position : position + header.batch_length]
-            if self.check_crcs:
-                verify_batch(batch)
             last = header.base_offset + header.last_offset_delta
             if last < next_offset:
+                if check_crcs:
+                    verify_batch(data[position : position + header.batch_length])
                 continue
+            batch = bytes(data[position : position + header.batch_length])
+            if check_crcs:
+                verify_batch(batch)
             if not is_control(header):
-                for record in decode_records(batch):
-                    if record.offset >= next_offset:
-                        records.append(
-                            ConsumerRecord(
-                                topic,
-                                partition,
-                                record.offset,
-                                record.timestamp,
-                                record.key,
-                                record.value,
-                                record.headers,
-                            )
-                        )
+                decode_consumer_records(batch, header, topic, partition, next_offset, records)
             next_offset = last + 1
         return records, next_offset
 
