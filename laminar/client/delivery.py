@@ -16,6 +16,8 @@ from typing import Any, Protocol
 
 from laminar.client.types import RecordMetadata
 
+_new = tuple.__new__  # builds a RecordMetadata without its Python-level __new__
+
 
 class DeliveryBatch(Protocol):
     """What a handle needs of its batch (the accumulator's ProducerBatch)."""
@@ -52,10 +54,13 @@ class RecordFuture:
         error = batch.error
         if error is not None:
             raise error
-        topic, partition = batch.tp
+        index = self._index
         base = batch.base_offset
-        offset = base + self._index if base >= 0 else -1
-        return RecordMetadata(topic, partition, offset, batch.records[self._index][3])
+        topic, partition = batch.tp
+        return _new(
+            RecordMetadata,
+            (topic, partition, base + index if base >= 0 else -1, batch.records[index][3]),
+        )
 
     def _real(self) -> asyncio.Future[RecordMetadata]:
         """The record's own future, created on first need and resolved with the batch."""

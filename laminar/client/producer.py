@@ -11,7 +11,6 @@ with the first write's offsets instead of writing it twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections import defaultdict
 from collections.abc import Sequence
@@ -181,7 +180,10 @@ class Producer:
             await self._wait_for_space(accumulator)
         handle, look = accumulator.append(tps[partition], key, value, headers, timestamp_ms)
         if look:
+            # A batch was opened or filled: let the sender run now (once per batch), so a
+            # tight send loop overlaps with batches on the wire instead of starving them.
             self._wakeup.set()
+            await asyncio.sleep(0)
         return handle
 
     async def _cache_partitions(
@@ -286,9 +288,15 @@ class Producer:
                 return
             if batches:
                 continue  # retries put back just now may already be due
-            timeout = None if wake_at is None else max(wake_at - now, 0.0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+            if wake_at is None:
+                await self._wakeup.wait()
+                continue
+            # A timer instead of wait_for: no task per wait, and the sender wakes in one hop.
+            timer = loop.call_at(wake_at, self._wakeup.set)
+            try:
+                await self._wakeup.wait()
+            finally:
+                timer.cancel()
 
     def _batch_closed(self, batch: ProducerBatch) -> None:
         if self._default_partitioner is not None and not batch.attempts:
