@@ -234,3 +234,25 @@ def test_add_voter_directly_and_the_new_voter_can_lead() -> None:
     net[4].propose(b"from 4")
     net.deliver()
     assert all(net[n].commit == net[4].commit for n in (1, 2, 3, 4))
+
+
+def test_a_member_added_after_a_down_report_holds_off_quiescence() -> None:
+    """A node reported down, removed, then added back as a learner must be caught up before
+    the group goes quiet (the node layer may never repeat its up report for this group)."""
+    net = cluster(4)
+    net[1].report_node_down(4)
+    net[1].propose_conf_change(ConfChange(REMOVE, 4))
+    net.deliver()
+    net.isolate(4)
+    for i in range(5):
+        net[1].propose(b"while away %d" % i)
+    net.deliver()
+    net[1].propose_conf_change(ConfChange(ADD_LEARNER, 4))
+    net.deliver()
+    net.tick_all(3)
+    assert not net[1].quiesced, "the new learner lags: the leader must keep heartbeating"
+    net.heal()
+    for _ in range(5):
+        net.tick_all(1)
+        net.deliver()
+    assert net.entries(4) == net.entries(1)

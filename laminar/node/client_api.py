@@ -9,7 +9,7 @@ error reply.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -24,7 +24,6 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.node.metadata import Topic
-from laminar.node.node import Node
 from laminar.node.replica import Replica, Waiter
 from laminar.protocol import (
     ACKS_ALL,
@@ -40,6 +39,9 @@ from laminar.protocol import (
 )
 from laminar.segment import batch as record_batch
 from laminar.transport import FramedProtocol, split_address
+
+if TYPE_CHECKING:
+    from laminar.node.node import Node
 
 log = structlog.get_logger(__name__)
 

@@ -10,7 +10,6 @@ import sys
 import structlog
 import uvloop
 
-from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.node import Node
 
@@ -41,16 +40,13 @@ def configure_logging(log_format: str = "console", level: str = "info") -> None:
 async def serve(config: NodeConfig) -> None:
     """Run until SIGTERM or SIGINT, then flush and close everything."""
     node = Node(config)
-    server = ClientServer(node)
     await node.start()
-    await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     structlog.get_logger(__name__).info("shutting down", node_id=config.node_id)
-    await server.stop()
     await node.stop()
 
 

@@ -24,6 +24,7 @@ from laminar.errors import (
 )
 from laminar.membership.driver import SwimDriver
 from laminar.node.calls import PeerCalls
+from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import (
     METADATA_GROUP,
@@ -88,6 +89,7 @@ class Node:
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
         )
         self.placement = Placement(self)
+        self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -110,6 +112,8 @@ class Node:
             topic="__metadata",
         )
         self.runtime.add(self.metadata)
+        # Clients first: once gossip announces this node, its client port must answer.
+        await self.client_server.start()
         await self.peers.start()
         for node_id, address in self.config.peers.items():
             self.peers.add_peer(node_id, address)
@@ -134,6 +138,7 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+        await self.client_server.stop()
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()

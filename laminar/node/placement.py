@@ -44,6 +44,8 @@ class Placement:
             node.runtime.node_down(member.node_id)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
             self._dead_since.pop(member.node_id, None)
+            if event.kind is EventKind.ALIVE:
+                node.runtime.node_up(member.node_id)
             peer, client = member.meta.get("peer"), member.meta.get("client")
             if peer:
                 node.peers.add_peer(member.node_id, peer)

@@ -120,10 +120,12 @@ class MultiRaft:
                 self.wake(replica)
 
     def node_up(self, node_id: int) -> None:
-        """A peer node is back: its groups may count it again (and catch it up)."""
+        """A peer node is back: every group counts it again, including groups it is not (yet)
+        a member of: a group that later adds it (a move) must wait for it to catch up before
+        going quiet, or a lagging learner would only move on with the next proposal."""
         for replica in self.replicas.values():
+            replica.raft.report_node_up(node_id)
             if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
-                replica.raft.report_node_up(node_id)
                 self._active.add(replica)
                 self.wake(replica)
 

@@ -268,6 +268,9 @@ class RaftNode:
                 pr = self._new_progress(nxt)
                 self.prs[nid] = pr
                 self._dirty.add(nid)
+                # A member just added is expected to catch up: never quiesce past it on the
+                # strength of an old down report from before it was a member.
+                self._down.discard(nid)
             pr.learner = nid in learners
         if self.transferee and self.transferee not in conf.voters:
             self.transferee = 0
