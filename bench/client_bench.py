@@ -83,37 +83,56 @@ def ceilings(count: int) -> tuple[float, float]:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     count = 300_000 if args.quick else 2_000_000
+    rounds = 3
+    producer: list[float] = []
+    producer_all: list[float] = []
+    consumer: list[float] = []
     with tempfile.TemporaryDirectory(prefix="laminar-client-bench-") as root:
         cluster = LocalCluster(Path(root), free_port_pairs(1), log_level="warning")
         cluster.start()
         try:
             await cluster.wait_ready(60)
-            async with Admin(cluster.bootstrap) as admin:
-                await admin.create_topic("leader", partitions=PARTITIONS, replication_factor=1)
-                await admin.create_topic("all", partitions=PARTITIONS, replication_factor=1)
-            producer_rate = await produce(cluster.bootstrap, "leader", count, "leader")
-            producer_all_rate = await produce(cluster.bootstrap, "all", count, "all")
-            consumer_rate = await consume(cluster.bootstrap, "leader", count + 1)
+            bootstrap = cluster.bootstrap
+            for round_ in range(rounds):
+                leader, every = f"leader-{round_}", f"all-{round_}"
+                async with Admin(bootstrap) as admin:
+                    await admin.create_topic(leader, partitions=PARTITIONS, replication_factor=1)
+                    await admin.create_topic(every, partitions=PARTITIONS, replication_factor=1)
+                producer.append(await produce(bootstrap, leader, count, "leader"))
+                producer_all.append(await produce(bootstrap, every, count, "all"))
+                consumer.append(await consume(bootstrap, leader, count + 1))
         finally:
             cluster.stop()
-    encode, decode = ceilings(count)
+    encode, decode = zip(*(ceilings(count) for _ in range(rounds)), strict=True)
+    best = {
+        "producer": max(producer),
+        "producer_all": max(producer_all),
+        "consumer": max(consumer),
+        "encode": max(encode),
+        "decode": max(decode),
+    }
     return {
         "records": count,
         "value_bytes": len(VALUE),
         "partitions": PARTITIONS,
-        "producer_records_per_s": round(producer_rate),
-        "producer_acks_all_records_per_s": round(producer_all_rate),
-        "consumer_records_per_s": round(consumer_rate),
-        "encode_ceiling_records_per_s": round(encode),
-        "decode_ceiling_records_per_s": round(decode),
-        "producer_ratio": round(producer_rate / encode, 3),
-        "consumer_ratio": round(consumer_rate / decode, 3),
-        "client": "laminar.client Producer/Consumer, one uvloop process, 1-node cluster, RF 1",
+        "rounds": rounds,
+        "producer_records_per_s": round(best["producer"]),
+        "producer_acks_all_records_per_s": round(best["producer_all"]),
+        "consumer_records_per_s": round(best["consumer"]),
+        "encode_ceiling_records_per_s": round(best["encode"]),
+        "decode_ceiling_records_per_s": round(best["decode"]),
+        "producer_ratio": round(best["producer"] / best["encode"], 3),
+        "consumer_ratio": round(best["consumer"] / best["decode"], 3),
+        "producer_rounds": [round(x) for x in producer],
+        "producer_acks_all_rounds": [round(x) for x in producer_all],
+        "consumer_rounds": [round(x) for x in consumer],
+        "client": "laminar.client Producer/Consumer, one uvloop process, 1-node cluster, RF 1; "
+        "best of the rounds (the machine is shared)",
     }
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300k records (under 60 s)")
+    parser.add_argument("--quick", action="store_true", help="300k records per round")
     figures = uvloop.run(main(parser.parse_args()))
     print(json.dumps(figures))
