@@ -42,6 +42,7 @@ class FramedProtocol(asyncio.Protocol):
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
         self.closed = False
+        self._lost = False
         self.peer: str = ""
 
     # asyncio callbacks -------------------------------------------------------------------
@@ -78,6 +79,7 @@ class FramedProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._lost = True
         self._wake_writers()
         if self._on_close is not None:
             self._on_close(exc)
@@ -114,6 +116,13 @@ class FramedProtocol(asyncio.Protocol):
         self.closed = True
         if self._transport is not None:
             self._transport.close()
+
+    async def wait_closed(self, timeout: float = 2.0) -> None:
+        """After close: wait until buffered writes reached the socket and it is closed (a
+        process that exits right after close would otherwise drop them)."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not self._lost and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
 
     def _wake_writers(self) -> None:
         waiters, self._drain_waiters = self._drain_waiters, []

@@ -40,6 +40,7 @@ class Cluster:
         self._refresh: asyncio.Task[ClusterMetadata] | None = None
         self._leader_hints: dict[TopicPartition, int] = {}
         self._closed = False
+        self._closing: list[Connection] = []
 
     @classmethod
     async def connect(
@@ -217,7 +218,12 @@ class Cluster:
             self._refresh.cancel()
         for connection in self._connections.values():
             connection.close()
+        self._closing = list(self._connections.values())
         self._connections.clear()
+
+    async def wait_closed(self) -> None:
+        """Wait until what close() left in socket buffers is written (acks=none needs it)."""
+        await asyncio.gather(*(c.wait_closed() for c in self._closing))
 
 
 def _retrieve_failure(future: asyncio.Future[ClusterMetadata]) -> None:

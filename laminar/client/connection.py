@@ -125,6 +125,10 @@ class Connection:
             self._protocol.close()
         self._fail_pending(ConnectionError(f"connection to {self.address} closed"))
 
+    async def wait_closed(self) -> None:
+        if self._protocol is not None:
+            await self._protocol.wait_closed()
+
     # protocol callbacks ----------------------------------------------------------------
     def _on_frame(self, kind: int, message: bytes, payload: memoryview) -> None:
         if kind != KIND_RESPONSE:

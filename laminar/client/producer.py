@@ -128,6 +128,7 @@ class Producer:
             await self._sender
         finally:
             self._cluster.close()
+            await self._cluster.wait_closed()
 
     async def __aenter__(self) -> Producer:
         await self.start()

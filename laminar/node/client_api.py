@@ -9,6 +9,7 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -100,6 +101,9 @@ class ClientServer:
             log.exception("request failed")
             fill_error(response.error, ProtocolError(f"could not serve request: {exc}"))
             out_payload = []
+        if no_reply_wanted(request):
+            return  # acks=0: the client reads no reply, and one arriving after it closed
+            # would make its kernel reset the connection, discarding requests not yet read
         if not connection.closed:
             connection.send_parts(KIND_RESPONSE, response.to_bytes(), out_payload)
 
@@ -159,18 +163,7 @@ class ClientServer:
                 "retention_bytes": spec.retentionBytes,
             }
         )
-        command = {
-            "op": "create_topic",
-            "name": spec.name,
-            "settings": {
-                "partitions": settings.partitions,
-                "replication_factor": settings.replication_factor,
-                "segment_bytes": settings.segment_bytes,
-                "segment_ms": settings.segment_ms,
-                "retention_ms": settings.retention_ms,
-                "retention_bytes": settings.retention_bytes,
-            },
-        }
+        command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
         await self.node.propose_metadata(command)
         topic = self.node.state.topics[spec.name]
         self._fill_topic(response.body.init("topic"), topic)
@@ -416,3 +409,9 @@ def first_offset_at(replica: Replica, timestamp: int) -> int | None:
         if record.timestamp >= timestamp:
             return record.offset
     return found
+
+
+def no_reply_wanted(request: Any) -> bool:
+    """A produce with acks=0 is answered by nothing, as in Kafka."""
+    body = request.body
+    return body.which() == "produce" and body.produce.acks == ACKS_NONE

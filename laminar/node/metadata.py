@@ -8,7 +8,7 @@ single record of a record batch, so the metadata group's Raft log is an ordinary
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.errors import (
@@ -149,15 +149,6 @@ class MetadataState:
                 return topic
         return None
 
-    def replicas_on(self, node_id: int) -> list[tuple[Topic, int]]:
-        """Every (topic, partition) with a replica on ``node_id`` (a move's target included)."""
-        return [
-            (topic, index)
-            for topic in self.topics.values()
-            for index, assignment in enumerate(topic.partitions)
-            if node_id in assignment.replicas or node_id == assignment.adding
-        ]
-
     def replica_counts(self) -> dict[int, int]:
         counts: dict[int, int] = {}
         for topic in self.topics.values():
@@ -217,7 +208,3 @@ def decode_command(data: bytes) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidRequestError("a metadata command is a JSON object")
     return value
-
-
-def topic_settings_dict(settings: TopicSettings) -> dict[str, Any]:
-    return asdict(settings)

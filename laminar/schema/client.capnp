@@ -85,7 +85,7 @@ struct Metadata {
 }
 
 struct ProduceRequest {
-  acks @0 :Int8;              # -1 all (majority on disk), 1 leader (written), 0 none
+  acks @0 :Int8;              # -1 all (majority on disk), 1 leader (written), 0 none (no reply)
   timeoutMs @1 :UInt32;
   batches @2 :List(BatchRef);
 }
