@@ -27,7 +27,12 @@ FrameHandler = Callable[[int, bytes, memoryview], None]
 """Called with (kind, message bytes, payload) for every whole, verified frame."""
 
 
-class FramedProtocol(asyncio.Protocol):
+STAGING_BYTES = 256 * 1024
+"""Small frames are received into one reused staging buffer; a frame larger than half of it
+is received straight into a buffer of its own size (no copy of the record batches inside)."""
+
+
+class FramedProtocol(asyncio.BufferedProtocol):
     """An asyncio protocol that splits a byte stream into verified frames."""
 
     def __init__(
@@ -37,7 +42,11 @@ class FramedProtocol(asyncio.Protocol):
     ) -> None:
         self._on_frame = on_frame
         self._on_close = on_close
-        self._buffer = bytearray()
+        self._staging = bytearray(STAGING_BYTES)
+        self._start = 0  # unparsed bytes are self._staging[self._start:self._end]
+        self._end = 0
+        self._large: bytearray | None = None  # a large frame being received, header included
+        self._large_filled = 0
         self._transport: asyncio.Transport | None = None
         self._write_paused = False
         self._drain_waiters: list[asyncio.Future[None]] = []
@@ -51,31 +60,57 @@ class FramedProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
 
-    def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        position = 0
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._large is not None:
+            return memoryview(self._large)[self._large_filled :]
+        if self._end == len(self._staging):  # full: move the unparsed tail to the front
+            pending = self._end - self._start
+            self._staging[:pending] = self._staging[self._start : self._end]
+            self._start, self._end = 0, pending
+        return memoryview(self._staging)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
         try:
-            while len(buffer) - position >= HEADER_SIZE:
-                header = parse_header(memoryview(buffer)[position : position + HEADER_SIZE])
-                end = position + HEADER_SIZE + header.body_len
-                if len(buffer) < end:
-                    break
-                frame = bytes(buffer[position:end])
-                position = end
-                view = memoryview(frame)
-                body = view[HEADER_SIZE:]
-                verify_body(view[:HEADER_SIZE], header, body)
-                message = frame[HEADER_SIZE : HEADER_SIZE + header.message_len]
-                self._on_frame(header.kind, message, body[header.message_len :])
-                if self.closed:
-                    return
+            if self._large is not None:
+                self._large_filled += nbytes
+                if self._large_filled == len(self._large):
+                    frame, self._large = self._large, None
+                    self._deliver(frame)
+                return
+            self._end += nbytes
+            self._parse_staging()
         except ProtocolError as exc:
             log.warning("closing connection on bad frame", peer=self.peer, error=str(exc))
             self.close()
-            return
-        if position:
-            del buffer[:position]
+
+    def _parse_staging(self) -> None:
+        staging = self._staging
+        view = memoryview(staging)
+        while self._end - self._start >= HEADER_SIZE and not self.closed:
+            start = self._start
+            header = parse_header(view[start : start + HEADER_SIZE])
+            size = HEADER_SIZE + header.body_len
+            available = self._end - start
+            if available < size:
+                if size > len(staging) // 2:  # large: continue it in a buffer of its own
+                    self._large = bytearray(size)
+                    self._large[:available] = view[start : self._end]
+                    self._large_filled = available
+                    self._start = self._end = 0
+                    return
+                break
+            self._start = start + size
+            self._deliver(bytes(view[start : start + size]))
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def _deliver(self, frame: bytes | bytearray) -> None:
+        view = memoryview(frame)
+        header = parse_header(view[:HEADER_SIZE])
+        body = view[HEADER_SIZE:]
+        verify_body(view[:HEADER_SIZE], header, body)
+        message = bytes(body[: header.message_len])  # Cap'n Proto wants its own aligned bytes
+        self._on_frame(header.kind, message, body[header.message_len :])
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

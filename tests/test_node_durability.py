@@ -9,6 +9,7 @@ contiguous; and all three replicas hold identical bytes up to the committed offs
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,19 @@ def replica_bytes(node_dir: Path, partition: int, upto: int) -> bytes:
         return bytes(out)
 
 
+async def wait_until_replicas_caught_up(bootstrap: str, timeout: float = 60) -> None:
+    """The restarted node catches up in the background; compare files only once it has."""
+    deadline = time.monotonic() + timeout
+    async with Admin(bootstrap) as admin:
+        while True:
+            status = await admin.cluster_status()
+            ours = [p for p in status.partitions if p.topic == TOPIC]
+            if len(ours) == PARTITIONS and all(r.lag == 0 for p in ours for r in p.replicas):
+                return
+            assert time.monotonic() < deadline, f"replicas still lag: {ours}"
+            await asyncio.sleep(0.2)
+
+
 @pytest.mark.timeout(240)
 async def test_acked_records_survive_leader_crash(tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path, nodes=3)
@@ -122,6 +136,7 @@ async def test_acked_records_survive_leader_crash(tmp_path: Path) -> None:
             assert value in seen, f"acknowledged record {i} lost"
             assert seen[value] == offset, f"record {i} acked at {offset}, stored at {seen[value]}"
             assert partition == i % PARTITIONS
+        await wait_until_replicas_caught_up(cluster.bootstrap)
     finally:
         cluster.stop()
 

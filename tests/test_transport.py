@@ -1,0 +1,51 @@
+"""Frame splitting in FramedProtocol: any chunking of the stream yields the same frames."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from laminar.framing import encode_frame
+from laminar.transport import STAGING_BYTES, FramedProtocol
+
+
+def feed(protocol: FramedProtocol, stream: bytes, rng: random.Random) -> None:
+    """Play the event loop: copy the stream into whatever buffers the protocol offers."""
+    position = 0
+    while position < len(stream) and not protocol.closed:
+        buffer = protocol.get_buffer(-1)
+        assert len(buffer) > 0
+        size = min(len(buffer), rng.choice([1, 7, 100, 4096, 65536, 1 << 20]))
+        size = min(size, len(stream) - position)
+        buffer[:size] = stream[position : position + size]
+        protocol.buffer_updated(size)
+        position += size
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_frames_survive_any_chunking(seed: int) -> None:
+    rng = random.Random(seed)
+    sizes = [0, 1, 100, STAGING_BYTES // 2 - 100, STAGING_BYTES // 2 + 1, 3 * STAGING_BYTES]
+    frames = []
+    for _ in range(40):
+        message = rng.randbytes(8 * rng.randrange(0, 20))
+        payload = rng.randbytes(rng.choice(sizes))
+        frames.append((rng.randrange(1, 5), message, payload))
+    stream = b"".join(b"".join(encode_frame(k, m, p)) for k, m, p in frames)
+    got: list[tuple[int, bytes, bytes]] = []
+    protocol = FramedProtocol(lambda k, m, p: got.append((k, m, bytes(p))))
+    feed(protocol, stream, rng)
+    assert got == frames
+    assert not protocol.closed
+
+
+def test_a_corrupt_frame_closes_the_connection_after_the_good_ones() -> None:
+    good = b"".join(encode_frame(1, b"\0" * 8, b"payload"))
+    bad = bytearray(b"".join(encode_frame(1, b"\0" * 8, b"x" * (STAGING_BYTES))))
+    bad[-1] ^= 1
+    got: list[int] = []
+    protocol = FramedProtocol(lambda k, m, p: got.append(k))
+    feed(protocol, good + bytes(bad) + good, random.Random(1))
+    assert got == [1]
+    assert protocol.closed
