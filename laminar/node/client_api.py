@@ -26,6 +26,7 @@ from laminar.errors import (
 )
 from laminar.node.metadata import Topic
 from laminar.node.replica import Replica, Waiter
+from laminar.node.status import cluster_partitions, move_stage
 from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -164,18 +165,18 @@ class ClientServer:
             }
         )
         command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
-        await self.node.propose_metadata(command)
+        await self.node.metadata_service.propose(command)
         topic = self.node.state.topics[spec.name]
         self._fill_topic(response.body.init("topic"), topic)
 
     async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
         if name not in self.node.state.topics:
             raise UnknownTopicError(f"unknown topic {name!r}")
-        await self.node.propose_metadata({"op": "delete_topic", "name": name})
+        await self.node.metadata_service.propose({"op": "delete_topic", "name": name})
         response.body.none = None
 
     async def _on_drainNode(self, node_id: int, response: Any, _payload: memoryview) -> None:
-        await self.node.propose_metadata({"op": "drain_node", "node_id": node_id})
+        await self.node.metadata_service.propose({"op": "drain_node", "node_id": node_id})
         response.body.none = None
 
     # produce ---------------------------------------------------------------------------------
@@ -341,7 +342,7 @@ class ClientServer:
 
     async def _on_clusterStatus(self, _body: Any, response: Any, _payload: memoryview) -> None:
         node = self.node
-        partitions = await node.cluster_partitions()
+        partitions = await cluster_partitions(node)
         status = response.body.init("clusterStatus")
         status.metadataLeader = node.metadata_leader
         gossip = {m.node_id: m for m in node.swim.members}
@@ -378,7 +379,7 @@ class ClientServer:
             slot.partition = index
             slot.fromNode = assignment.removing
             slot.toNode = assignment.adding
-            slot.stage = node.move_stage(topic, index)
+            slot.stage = move_stage(node, topic, index)
         out = status.init("partitions", len(partitions))
         for slot, part in zip(out, partitions, strict=True):
             slot.topic = part["topic"]

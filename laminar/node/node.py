@@ -9,18 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from laminar.errors import (
-    InvalidRequestError,
     LaminarError,
-    NotLeaderError,
-    RequestTimeoutError,
 )
 from laminar.membership.driver import SwimDriver
 from laminar.node.calls import PeerCalls
@@ -31,26 +26,19 @@ from laminar.node.metadata import (
     MetadataState,
     Topic,
     TopicSettings,
-    decode_command,
-    encode_command,
     group_id,
-    place_replicas,
-    validate_topic_name,
 )
+from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
-from laminar.raft import ConfState, Entry, RaftConfig
-from laminar.segment import batch as record_batch
+from laminar.node.status import local_status
+from laminar.raft import ConfState, RaftConfig
 from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Node:
@@ -58,9 +46,6 @@ class Node:
         self.config = config
         self.node_id = config.node_id
         self.state = MetadataState()
-        self.metadata_applied = -1
-        self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._metadata_waiters: dict[int, asyncio.Future[Any]] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.runtime = MultiRaft(
@@ -78,8 +63,9 @@ class Node:
             dead_after=config.tick_ms * config.election_ticks * 2 / 1000,
         )
         self.calls = PeerCalls(self.peers)
-        self.calls.register("propose", self._serve_propose)
-        self.calls.register("propose_here", self._serve_propose_here)
+        self.metadata_service = MetadataService(self)
+        self.calls.register("propose", self.metadata_service.serve_propose)
+        self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
@@ -108,7 +94,7 @@ class Node:
             LogConfig(retention_ms=None, max_batch_bytes=self.config.max_batch_bytes),
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
-            apply=self._apply_metadata,
+            apply=self.metadata_service.apply,
             topic="__metadata",
         )
         self.runtime.add(self.metadata)
@@ -167,7 +153,7 @@ class Node:
         }
         while True:
             try:
-                await self.propose_metadata(command)
+                await self.metadata_service.propose(command)
                 return
             except (LaminarError, ConnectionError) as exc:
                 log.debug("registration not yet accepted", error=str(exc))
@@ -219,121 +205,7 @@ class Node:
         assert self.metadata is not None
         return self.metadata.raft.leader_id
 
-    async def propose_metadata(self, command: dict[str, Any], timeout: float = 10.0) -> Any:
-        """Commit a metadata command (forwarded to the metadata leader) and wait until applied
-        on this node; returns the command's JSON-able result."""
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.metadata is not None
-            leader = self.metadata.raft.leader_id
-            try:
-                if self.metadata.is_leader:
-                    result = await self._propose_local(command)
-                else:
-                    # A node that just joined knows no leader yet: any peer forwards for it.
-                    target = leader if leader and self.peers.connected(leader) else 0
-                    target = target or next(iter(self.peers.connected_peers()), 0)
-                    if not target:
-                        raise NotLeaderError("no metadata leader known yet")
-                    result = await self.calls.call(
-                        target, "propose", command, max(0.1, deadline - time.monotonic())
-                    )
-                await self.wait_applied(result["index"], deadline - time.monotonic())
-                return result
-            except (NotLeaderError, ConnectionError):
-                if time.monotonic() > deadline:
-                    raise RequestTimeoutError("no metadata leader answered in time") from None
-                await asyncio.sleep(0.05)
-
-    async def _serve_propose(self, peer: int, command: dict[str, Any]) -> Any:
-        """Commit on behalf of a peer, forwarding once to the leader if this node is not it."""
-        assert self.metadata is not None
-        if self.metadata.is_leader:
-            return await self._propose_local(command)
-        leader = self.metadata.raft.leader_id
-        if leader and leader != peer and self.peers.connected(leader):
-            return await self.calls.call(leader, "propose_here", command)
-        raise NotLeaderError("not the metadata leader")
-
-    async def _serve_propose_here(self, _peer: int, command: dict[str, Any]) -> Any:
-        assert self.metadata is not None
-        if not self.metadata.is_leader:
-            raise NotLeaderError("not the metadata leader")
-        return await self._propose_local(command)
-
-    async def _propose_local(self, command: dict[str, Any]) -> dict[str, Any]:
-        assert self.metadata is not None
-        command = self._prepare(command)
-        data = record_batch.build_batch([(None, encode_command(command), (), now_ms())])
-        index, _ = self.metadata.raft.propose(data, 1)
-        future = asyncio.get_running_loop().create_future()
-        self._metadata_waiters[index] = future
-        self.runtime.wake(self.metadata)
-        try:
-            result = await asyncio.wait_for(future, 10.0)
-        except TimeoutError:
-            raise RequestTimeoutError("metadata command did not commit in time") from None
-        finally:
-            self._metadata_waiters.pop(index, None)
-        return {"index": index, "result": result}
-
-    def _prepare(self, command: dict[str, Any]) -> dict[str, Any]:
-        """On the metadata leader: turn a request into a deterministic command."""
-        if command.get("op") != "create_topic" or "replicas" in command:
-            return command
-        validate_topic_name(command["name"])
-        settings = TopicSettings(**command["settings"])
-        load: dict[int, int] = {}
-        for topic in self.state.topics.values():
-            for assignment in topic.partitions:
-                for node in assignment.replicas:
-                    load[node] = load.get(node, 0) + 1
-        replicas = place_replicas(
-            settings.partitions, settings.replication_factor, self.live_nodes(), load
-        )
-        return {**command, "replicas": replicas}
-
-    async def wait_applied(self, index: int, timeout: float) -> None:
-        if self.metadata_applied >= index:
-            return
-        future = asyncio.get_running_loop().create_future()
-        self._applied_waiters.append((index, future))
-        try:
-            await asyncio.wait_for(future, max(timeout, 0.1))
-        except TimeoutError:
-            raise RequestTimeoutError("metadata change not yet applied on this node") from None
-
-    def _apply_metadata(self, entry: Entry) -> None:
-        """Apply one committed metadata entry (called by the runtime, in log order)."""
-        future = self._metadata_waiters.pop(entry.index, None)
-        try:
-            record = record_batch.decode_records(entry.data)[0]
-            command = decode_command(record.value or b"{}")
-            result = self.state.apply(command)
-            self._reconcile(command, result, entry.index)
-            outcome: Any = _jsonable(result)
-        except LaminarError as exc:
-            outcome = exc
-        except Exception as exc:  # a bad command must never stop the metadata group
-            log.exception("metadata command failed", index=entry.index)
-            outcome = InvalidRequestError(f"metadata command failed: {exc}")
-        self.metadata_applied = entry.last
-        if future is not None and not future.done():
-            if isinstance(outcome, Exception):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
-        if self._applied_waiters:
-            still = []
-            for index, waiter in self._applied_waiters:
-                if index <= self.metadata_applied:
-                    if not waiter.done():
-                        waiter.set_result(None)
-                else:
-                    still.append((index, waiter))
-            self._applied_waiters = still
-
-    def _reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
+    def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
         if op == "create_topic" and isinstance(result, Topic):
             for partition, assignment in enumerate(result.partitions):
@@ -424,7 +296,7 @@ class Node:
             if not replica.is_leader or replica.raft.term != command["term"]:
                 return
             try:
-                await self.propose_metadata(command)
+                await self.metadata_service.propose(command)
                 return
             except (LaminarError, ConnectionError):
                 await asyncio.sleep(0.1)
@@ -463,74 +335,5 @@ class Node:
             deleted += replica.log.expire(now, upto=replica.high_watermark)
         return deleted
 
-    # status --------------------------------------------------------------------------------
-    def local_status(self) -> list[dict[str, Any]]:
-        """Status of every partition this node leads (leaders know their followers' lag)."""
-        out = []
-        for replica in self.runtime.replicas.values():
-            if replica.group == METADATA_GROUP or not replica.is_leader:
-                continue
-            status = replica.raft.status()
-            end = replica.log.end_offset
-            replicas = []
-            for node_id in (*replica.raft.conf.voters, *replica.raft.conf.learners):
-                if node_id == self.node_id:
-                    match = end - 1
-                else:
-                    progress = status.progress.get(node_id)
-                    match = progress.match if progress is not None else -1
-                replicas.append({"node_id": node_id, "match": match, "lag": end - 1 - match})
-            out.append(
-                {
-                    "topic": replica.topic,
-                    "partition": replica.partition,
-                    "leader": self.node_id,
-                    "term": replica.raft.term,
-                    "start_offset": replica.log.start_offset,
-                    "high_watermark": replica.high_watermark,
-                    "end_offset": end,
-                    "replicas": replicas,
-                }
-            )
-        return out
-
-    def move_stage(self, topic: Topic, partition: int) -> str:
-        """Where a move stands, as far as this node can tell."""
-        replica = self.runtime.replicas.get(group_id(topic.topic_id, partition))
-        assignment = topic.partitions[partition]
-        if replica is None or not replica.is_leader:
-            return "in progress"
-        conf = replica.raft.conf
-        if assignment.adding in conf.learners:
-            return "target catching up"
-        if assignment.adding in conf.voters and assignment.removing in conf.voters:
-            return "removing source"
-        if assignment.adding in conf.voters:
-            return "finishing"
-        return "adding target"
-
     async def _serve_status(self, _peer: int, _body: Any) -> Any:
-        return self.local_status()
-
-    async def cluster_partitions(self) -> list[dict[str, Any]]:
-        """Gather every leader's view of its partitions from all connected nodes."""
-        peers = [n for n in self.live_nodes() if n != self.node_id]
-        results = await asyncio.gather(
-            *(self.calls.call(n, "status", None, timeout=2.0) for n in peers),
-            return_exceptions=True,
-        )
-        partitions = self.local_status()
-        for result in results:
-            if isinstance(result, list):
-                partitions.extend(result)
-        partitions.sort(key=lambda p: (p["topic"], p["partition"]))
-        return partitions
-
-
-def _jsonable(result: Any) -> Any:
-    if result is None or isinstance(result, int | str):
-        return result
-    try:
-        return asdict(result)
-    except TypeError:
-        return None
+        return local_status(self)

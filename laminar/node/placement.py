@@ -133,7 +133,7 @@ class Placement:
 
         async def propose() -> None:
             try:
-                await self.node.propose_metadata(command)
+                await self.node.metadata_service.propose(command)
             except (LaminarError, ConnectionError) as exc:
                 log.debug("placement command not applied", command=command, error=str(exc))
             finally:
