@@ -212,7 +212,11 @@ async def run_cluster(
                     break
                 await asyncio.sleep(0.1)
         lean = await lean_produce(
-            cluster.bootstrap, 3, seconds, args.records_per_batch, args.in_flight
+            cluster.bootstrap,
+            3,
+            seconds,
+            args.records_per_batch,
+            args.in_flight if rf == 3 else args.in_flight_r1,
         )
         result: dict[str, Any] = {"lean": lean}
         if rf == 3:
@@ -248,8 +252,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "r3_vs_disk_ratio": round(r3["lean"]["mb_s"] / disk, 3),
         "consume_vs_loopback_ratio": round(r3["consume_mb_s"] / loopback, 3),
         "client": (
-            f"lean: pre-built {args.records_per_batch}-record batches, {args.in_flight} "
-            "requests in flight per partition, one uvloop process"
+            f"lean: pre-built {args.records_per_batch}-record batches, {args.in_flight} (R3) / "
+            f"{args.in_flight_r1} (R1) requests in flight per partition, one uvloop process"
         ),
     }
 
@@ -260,7 +264,12 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--api-seconds", type=float, default=None)
     parser.add_argument("--records-per-batch", type=int, default=1000)
-    parser.add_argument("--in-flight", type=int, default=4)
+    parser.add_argument(
+        "--in-flight", type=int, default=2, help="R3 requests in flight per partition"
+    )
+    parser.add_argument(
+        "--in-flight-r1", type=int, default=4, help="R1 requests in flight per partition"
+    )
     arguments = parser.parse_args()
     if arguments.seconds is None:
         arguments.seconds = 8.0 if arguments.quick else 15.0
