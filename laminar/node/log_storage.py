@@ -19,14 +19,9 @@ from laminar.segment.log import PartitionLog
 _KIND = struct.Struct(">H")
 
 
-def entry_to_batch(entry: Entry) -> bytearray:
-    """The bytes a replica writes for ``entry``: stamped with its index and term."""
-    if entry.kind == EntryKind.NORMAL:
-        data = bytearray(entry.data)
-    else:
-        data = bytearray(
-            record_batch.control_batch(int(entry.kind), bytes(entry.data), timestamp_ms=0)
-        )
+def control_entry_batch(entry: Entry) -> bytearray:
+    """The bytes every replica writes for a NOOP or CONFIG entry (identical everywhere)."""
+    data = bytearray(record_batch.control_batch(int(entry.kind), bytes(entry.data), timestamp_ms=0))
     record_batch.stamp(data, entry.index, entry.term)
     return data
 
@@ -75,10 +70,14 @@ class LogStorage:
         for entry in entries:
             if entry.index < log.end_offset:
                 self.truncate(entry.index)
-            data = entry_to_batch(entry)
-            log.append_stamped(data)
-            if entry.kind == EntryKind.NORMAL:
-                self.producers.record(record_batch.read_header(data), entry.index, entry.last)
+            if entry.kind != EntryKind.NORMAL:
+                log.append_stamped(control_entry_batch(entry))
+                continue
+            # The log stamps base offset (its end, which Raft made equal to entry.index) and
+            # term while writing, so the batch bytes are never copied here.
+            base, _ = log.append(entry.data, term=entry.term)
+            assert base == entry.index, f"log end {base} is not entry index {entry.index}"
+            self.producers.record(record_batch.read_header(entry.data), entry.index, entry.last)
 
     def truncate(self, index: int) -> None:
         self.log.truncate(index)
