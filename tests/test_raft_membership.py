@@ -12,6 +12,7 @@ from laminar.raft import (
     Entry,
     EntryKind,
     HardState,
+    MemoryStorage,
     Message,
     MessageType,
     RaftConfig,
@@ -253,6 +254,27 @@ def test_a_member_added_after_a_down_report_holds_off_quiescence() -> None:
     assert not net[1].quiesced, "the new learner lags: the leader must keep heartbeating"
     net.heal()
     for _ in range(5):
+        net.tick_all(1)
+        net.deliver()
+    assert net.entries(4) == net.entries(1)
+
+
+def test_a_learner_recreated_empty_is_caught_up_again() -> None:
+    """A replica moved back onto a node starts with an empty log under the same node id; the
+    leader must not trust the match its earlier incarnation acknowledged."""
+    net = cluster()
+    add_learner(net, 4)
+    for i in range(5):
+        net[1].propose(b"before %d" % i)
+    net.deliver()
+    assert net.entries(4) == net.entries(1)
+    net.storages[4] = MemoryStorage()  # a fresh, empty replica with the same id
+    net.hard_states.pop(4, None)
+    net.start(4, ConfState((1, 2, 3), (4,)))
+    assert net.entries(4) == []
+    net[1].propose(b"after")
+    net.deliver()
+    for _ in range(3):
         net.tick_all(1)
         net.deliver()
     assert net.entries(4) == net.entries(1)

@@ -765,6 +765,16 @@ class RaftNode:
 
     def _handle_reject(self, m: Message, pr: Progress) -> None:
         log = self.log
+        if pr.learner and m.reject_hint < pr.match:
+            # The learner's log is shorter than what it acknowledged: its replica was created
+            # afresh (a replica moved back onto a node that held one before). A learner never
+            # counts towards commit, so starting its progress over is safe; a voter's log never
+            # shrinks, and for voters such a rejection stays a stale one.
+            pr.match = max(m.reject_hint, -1)
+            pr.state = PROBE
+            pr.become_probe()
+            self._dirty.add(m.frm)
+            return
         probe = min(m.reject_hint, m.index)
         if m.log_term > 0 and probe >= 0:
             probe = log.find_conflict_by_term(probe, m.log_term)
