@@ -230,15 +230,32 @@ class LocalCluster:
                 async with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
                     status = await admin.cluster_status()
                 alive = sum(1 for m in status.members if m.state == "alive")
-                if status.metadata_leader and alive >= expected:
+                # Gossip may still call a just-restarted node alive: ask each running node too.
+                silent = [
+                    n.node_id
+                    for n in self.nodes.values()
+                    if n.running and not (await self._answers(n.client_address))
+                ]
+                if status.metadata_leader and alive >= expected and not silent:
                     return status
                 last_problem = (
-                    f"{alive} of {expected} nodes alive, metadata leader {status.metadata_leader}"
+                    f"{alive} of {expected} nodes alive, metadata leader "
+                    f"{status.metadata_leader}, not answering yet: {silent}"
                 )
             except (ConnectionError, LaminarError) as exc:
                 last_problem = str(exc)
             await asyncio.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout:.0f} s: {last_problem}")
+
+    @staticmethod
+    async def _answers(address: str) -> bool:
+        """Whether the node at ``address`` answers cluster status itself."""
+        try:
+            async with Admin(address, request_timeout_ms=2_000) as admin:
+                await admin.cluster_status()
+        except (ConnectionError, LaminarError):
+            return False
+        return True
 
     @staticmethod
     def _close_log(node: LocalNode) -> None:
