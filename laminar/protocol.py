@@ -68,7 +68,7 @@ def read_error(reader: Any) -> LaminarError | None:
 
 def decode(struct_type: Any, message: bytes | bytearray | memoryview) -> Any:
     """Decode an unpacked message; ProtocolError on any malformed input."""
-    data = message if isinstance(message, bytes) else bytes(message)
+    data = schemas.aligned(message)
     try:
         # traversal_limit protects against amplification; nesting_limit against deep recursion.
         context = struct_type.from_bytes(

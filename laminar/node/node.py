@@ -231,8 +231,7 @@ class Node:
                     self.spawn(self._delete_files(replica))
 
     async def _delete_files(self, replica: Replica) -> None:
-        while not replica.log_closed:
-            await asyncio.sleep(0.01)
+        await replica.log_closed.wait()
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
 
     def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:

@@ -67,11 +67,10 @@ class Placement:
     def step(self) -> None:
         node = self.node
         assert node.metadata is not None
+        live = self.live()
         if node.metadata.is_leader:
             self._admit_metadata_learners()
-            for move in plan_moves(
-                node.state, self.live(), self.gone(), node.config.max_concurrent_moves
-            ):
+            for move in plan_moves(node.state, live, self.gone(), node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
         for topic in list(node.state.topics.values()):
@@ -83,7 +82,7 @@ class Placement:
                     move = Move(topic.topic_id, index, assignment.removing, assignment.adding)
                     self._advance(replica, move)
                 else:
-                    self._prefer_leader(replica, assignment.replicas[0])
+                    self._prefer_leader(replica, assignment.replicas[0], live)
 
     def _advance(self, replica: Replica, move: Move) -> None:
         try:
@@ -96,11 +95,11 @@ class Placement:
             log.info("replica move complete", move=move)
             self._propose(move.command("finish_move"))
 
-    def _prefer_leader(self, replica: Replica, preferred: int) -> None:
+    def _prefer_leader(self, replica: Replica, preferred: int, live: set[int]) -> None:
         raft = replica.raft
         if preferred == raft.id or preferred not in raft.conf.voters:
             return
-        if preferred not in self.live() or raft.transferee:
+        if preferred not in live or raft.transferee:
             return
         progress = raft.status().progress.get(preferred)
         if progress is not None and progress.match == raft.last_index and progress.recent_active:

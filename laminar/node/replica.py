@@ -50,7 +50,8 @@ class Replica:
     after_persist: list[Message] = field(default_factory=list)
     was_leader: bool = False
     closed: bool = False
-    log_closed: bool = False
+    log_closed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the log's files are closed (a close may wait for a flush in flight)."""
 
     @classmethod
     def open(
@@ -134,4 +135,4 @@ class Replica:
         self.wake_fetchers()
         self.fail_waiters(NotLeaderError("replica closed"))
         self.log.close()
-        self.log_closed = True
+        self.log_closed.set()

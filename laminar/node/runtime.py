@@ -132,14 +132,12 @@ class MultiRaft:
     def wake(self, replica: Replica) -> None:
         """Mark a group as having work; one callback soon drains all marked groups."""
         self._pending.add(replica)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._drain)
+        self._schedule()
 
     def process_now(self, replica: Replica) -> None:
         """Drain one group's Ready right away (a produce with acks=leader waits on the write)."""
         self._process(replica)
-        self._schedule_outbox()
+        self._schedule()  # its messages leave with the next drain
 
     # the Ready loop ------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -200,7 +198,8 @@ class MultiRaft:
             if entry.kind == EntryKind.NORMAL:
                 replica.apply(entry)
 
-    def _schedule_outbox(self) -> None:
+    def _schedule(self) -> None:
+        """One call_soon drains every marked group and then the per-peer outbox."""
         if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._drain)
