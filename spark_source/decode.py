@@ -1,107 +1,66 @@
 """Record batch bytes -> Arrow record batches with the source's exact schema.
 
-This is the executor's hot path. One Python pass over the records finds each record's key and
-value span, offset and timestamp (zigzag varints, with an inline fast path for one-byte
-varints); Arrow then gathers the key and value bytes in C++ (a list-view over the fetched
-buffer, flattened), so no per-record ``bytes`` objects are created. The batch layout is the one
-in laminar/segment/batch.py (docs/FORMAT.md): a 68-byte header, then Kafka-v2-style records.
+This is the executor's hot path, so it avoids Python work per record where the data allows.
+A producer's batch is mostly long runs of records that share one layout: the same size, the
+same varint widths, the same key and value lengths, no headers. The layout changes only where
+a varint grows (offset delta 64, a timestamp delta past 63 ms, ...). A run is a 2-D numpy view
+of the fetched buffer, one row per record, so its offsets, timestamps and values come from a
+few vectorised operations whatever its length. A batch that does not split into long runs
+(values of many sizes, headers) is decoded by the log's own record parser,
+``laminar.segment.batch.decode_into``, which the client library uses too.
+
+The batch layout is in docs/FORMAT.md: a 68-byte header, then Kafka-v2-style records.
 """
 
 from __future__ import annotations
 
 import struct
-from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
-import crc32c
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from laminar.errors import CorruptBatchError
-from laminar.segment.batch import ATTR_COMPRESSION_MASK as _ATTR_COMPRESSION
-from laminar.segment.batch import ATTR_CONTROL as _ATTR_CONTROL
-from laminar.segment.batch import CRC_START as _CRC_START
-from laminar.segment.batch import HEADER_SIZE
-from laminar.segment.batch import MAGIC as _MAGIC
+from laminar.segment.batch import (
+    HEADER_SIZE,
+    MIN_RECORD_SIZE,
+    BatchHeader,
+    decode_into,
+    is_control,
+    iter_batches,
+    verify_batch,
+)
 from spark_source.schema import TIMESTAMP_TYPE_CREATE_TIME
 
-# base_offset, term, batch_length, crc, magic, reserved, attributes, last_offset_delta,
-# first_timestamp, max_timestamp, producer_id, producer_epoch, reserved, base_sequence,
-# record_count
-_HEADER = struct.Struct("<qqiIBBHiqqqhHii")
-assert _HEADER.size == HEADER_SIZE
+MIN_RUN = 16
+"""Fewer records than this in a run (other than a batch's last) send the batch to the record
+parser: the vectorised path costs about as much per run as the parser does per record."""
 
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-_CREATE_TIME = pa.scalar(TIMESTAMP_TYPE_CREATE_TIME, pa.int32())
+_U7 = np.uint64(0x7F)
+_U1 = np.uint64(1)
 
 
-class BatchSpan(NamedTuple):
-    """Where one whole batch sits in a fetched buffer, and the offsets it covers."""
-
-    position: int
-    length: int
-    base_offset: int
-    last_offset: int
-    first_timestamp: int
-    record_count: int
-    control: bool
-
-
-def iter_spans(buf: bytes | memoryview) -> Iterator[BatchSpan]:
-    """Walk the whole batches of a fetched buffer, verifying each one's crc32c.
-
-    A partial trailing batch (a fetch may end mid-batch) ends the walk; a batch that is
-    malformed or fails its crc raises CorruptBatchError naming its offset.
-    """
-    size = len(buf)
-    position = 0
-    while size - position >= HEADER_SIZE:
-        (
-            base_offset,
-            _term,
-            length,
-            crc,
-            magic,
-            _reserved,
-            attributes,
-            last_delta,
-            first_ts,
-            _max_ts,
-            _pid,
-            _epoch,
-            _reserved2,
-            _seq,
-            count,
-        ) = _HEADER.unpack_from(buf, position)
-        if length < HEADER_SIZE or magic != _MAGIC:
-            raise CorruptBatchError(
-                f"malformed batch at offset {base_offset} (length {length}, magic {magic})"
-            )
-        if size - position < length:
-            return
-        if crc32c.crc32c(buf[position + _CRC_START : position + length]) != crc:
-            raise CorruptBatchError(f"crc32c mismatch in the batch at offset {base_offset}")
-        if attributes & _ATTR_COMPRESSION:
-            raise CorruptBatchError(
-                f"batch at offset {base_offset} uses compression codec "
-                f"{attributes & _ATTR_COMPRESSION}, which this reader does not support"
-            )
-        yield BatchSpan(
-            position,
-            length,
-            base_offset,
-            base_offset + last_delta,
-            first_ts,
-            count,
-            bool(attributes & _ATTR_CONTROL),
-        )
-        position += length
+def iter_whole_batches(buf: bytes | memoryview) -> Iterator[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch in a fetched buffer, each one verified (crc32c,
+    header fields); a partial trailing batch (a fetch may end mid-batch) ends the walk."""
+    view = memoryview(buf)
+    for position, header in iter_batches(view):
+        try:
+            verify_batch(view[position : position + header.batch_length])
+        except CorruptBatchError as exc:
+            raise CorruptBatchError(f"{exc}, in the batch at offset {header.base_offset}") from None
+        yield position, header
 
 
 class Walked(NamedTuple):
     following: int  # offset after the last whole batch (the start offset if none)
     largest_batch: int  # bytes of the largest whole batch seen (0 if none)
+
+
+_PREFIX = struct.Struct("<qqi")
+_LAST_DELTA = struct.Struct("<i")
 
 
 def offset_after(buf: bytes | memoryview, offset: int) -> Walked:
@@ -122,276 +81,291 @@ def offset_after(buf: bytes | memoryview, offset: int) -> Walked:
     return Walked(following, largest)
 
 
-_PREFIX = struct.Struct("<qqi")
-_LAST_DELTA = struct.Struct("<i")
+class _Layout(NamedTuple):
+    """Where the fields of one record sit, relative to its first byte."""
+
+    size: int  # whole record, length varint included
+    timestamp_at: int
+    timestamp_width: int
+    offset_at: int
+    offset_width: int
+    key_at: int
+    key_length: int  # -1: null
+    value_at: int
+    value_length: int  # -1: null
+    offset_delta: int  # the first record's (where the offset varint's width may change)
+    words: tuple[tuple[int, int, int], ...]
+    """(position, mask, bits): a record shares this layout if the 8 bytes at each position,
+    read as a little-endian word and masked, equal the first record's bits there."""
+    numpy_words: tuple[tuple[int, np.uint64, np.uint64], ...]
+
+    def matches(self, buf: memoryview, p: int, limit: int) -> bool:
+        """Whether the record at p has this layout (checked one record at a time in Python)."""
+        if p + self.size > limit:
+            return False
+        for at, mask, bits in self.words:
+            if int.from_bytes(buf[p + at : p + at + 8], "little") & mask != bits:
+                return False
+        return True
 
 
-def _varint(buf: bytes, p: int) -> tuple[int, int]:
-    """Slow path: a zigzag varint of any length at p -> (value, next position)."""
+def _varint(buf: memoryview, p: int) -> tuple[int, int]:
+    """A zigzag varint at p -> (value, next position); raises IndexError past the end."""
     result = 0
-    shift = 0
-    while True:
+    for shift in range(0, 70, 7):
         b = buf[p]
         p += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return (result >> 1) ^ -(result & 1), p
-        shift += 7
-        if shift > 63:
-            raise CorruptBatchError(f"varint too long at byte {p}")
+    raise CorruptBatchError(f"varint longer than 10 bytes at byte {p}")
 
 
-_MIN_RUN = 16
-"""Shortest run of same-size records worth locating with Arrow kernels instead of a loop."""
+def _layout(buf: memoryview, p: int, limit: int) -> _Layout | None:
+    """The layout of the record at p, if it can head a run: no headers, sane lengths. None
+    otherwise (the record parser then decodes the batch, and names any defect)."""
+    try:
+        length, q = _varint(buf, p)
+        size = q - p + length
+        if length < MIN_RECORD_SIZE - 1 or p + size > limit:
+            return None
+        length_end = q - p
+        timestamp_at = length_end + 1  # after the attributes byte (not interpreted)
+        _, q = _varint(buf, p + timestamp_at)
+        offset_at = q - p
+        offset_delta, q = _varint(buf, q)
+        offset_end = q - p
+        key_length, q = _varint(buf, q)
+        key_at = q - p
+        key_end = key_at + max(key_length, 0)
+        value_length, q = _varint(buf, p + key_end)
+        value_at = q - p
+    except IndexError:
+        return None
+    if key_length < -1 or value_length < -1 or value_at + max(value_length, 0) != size - 1:
+        return None
+    if buf[p + size - 1] != 0 or size < 8:  # a run's records have no headers
+        return None
+    # Records share the layout if these bits match: the record, key and value length varints
+    # and the header count whole, the two delta varints in their continuation bits.
+    mask = bytearray(size)
+    mask[timestamp_at:offset_end] = b"\x80" * (offset_end - timestamp_at)
+    for begin, stop in ((0, length_end), (offset_end, key_at), (key_end, value_at)):
+        mask[begin:stop] = b"\xff" * (stop - begin)
+    mask[size - 1] = 0xFF
+    words = []
+    at = 0
+    while tail := mask[at:].lstrip(b"\x00"):
+        at = min(size - len(tail), size - 8)  # a word never reaches past its record
+        word_mask = int.from_bytes(mask[at : at + 8], "little")
+        bits = int.from_bytes(buf[p + at : p + at + 8], "little") & word_mask
+        words.append((at, word_mask, bits))
+        at += 8
+    return _Layout(
+        size,
+        timestamp_at,
+        offset_at - timestamp_at,
+        offset_at,
+        offset_end - offset_at,
+        key_at,
+        key_length,
+        value_at,
+        value_length,
+        offset_delta,
+        tuple(words),
+        tuple((at, np.uint64(mask), np.uint64(bits)) for at, mask, bits in words),
+    )
 
 
-def _hop(buf: bytes, p: int, count: int, bounds: _Bounds) -> int:
-    """Walk ``count`` records from byte ``p`` (each becomes a segment of one); returns the
-    position after the last one. The per-record loop of the decoder."""
-    firsts = bounds.firsts.append
-    sizes = bounds.sizes.append
-    counts = bounds.counts.append
-    lengths = bounds.lengths.append
-    for _ in range(count):
-        b = buf[p]
-        if b < 0x80:  # one-byte zigzag length (a length is never negative)
-            length = b >> 1
-            p += 1
-        else:
-            c = buf[p + 1]
-            if c < 0x80:
-                length = ((b & 0x7F) | (c << 7)) >> 1
-                p += 2
-            else:
-                length, p = _varint(buf, p)
-                if length < 0:
-                    raise CorruptBatchError(f"negative record length at byte {p}")
-        firsts(p)
-        sizes(0)
-        counts(1)
-        lengths(length)
-        p += length
-    return p
+def _table(width: int) -> np.ndarray:
+    """Decoded values of every ``width``-byte zigzag varint, indexed by its bytes read as a
+    little-endian integer (the last byte is below 0x80, so that index is below 2**(8w-1))."""
+    raw = np.arange(1 << (8 * width - 1), dtype=np.int64)
+    value = np.zeros_like(raw)
+    for j in range(width):
+        value |= ((raw >> (8 * j)) & 0x7F) << (7 * j)
+    return (value >> 1) ^ -(value & 1)
 
 
-def _same_size_run(buf: bytes, p: int, limit: int, most: int) -> tuple[int, int, int, int]:
-    """How many records from ``p`` on have the same size as the one at ``p``.
-
-    Records of one producer batch mostly share a size, changing only where a varint grows
-    (offset delta 64, 8192, ...). If the record at p + k*size starts with the same length
-    varint for every k < run, those are exactly the boundaries a loop would find. The check
-    runs in C: a strided slice picks the k-th byte of every candidate record, and ``lstrip``
-    finds the first one that differs. Returns (run, size, varint width, length).
-    """
-    length, body = _varint(buf, p)
-    width = body - p
-    size = width + length
-    if length < 0 or size <= 0:
-        raise CorruptBatchError(f"bad record length {length} at byte {p}")
-    fits = min(most, (limit - p) // size)
-    if fits < _MIN_RUN:
-        return 0, size, width, length
-    run = fits
-    stop = p + fits * size
-    for i in range(width):
-        column = bytes(buf[p + i : stop : size])
-        same = len(column) - len(column.lstrip(bytes(buf[p + i : p + i + 1])))
-        run = min(run, same)
-    return (run if run >= _MIN_RUN else 0), size, width, length
+_TABLES = {1: _table(1), 2: _table(2)}
+"""One- and two-byte varints (nearly all deltas) decode with one table lookup per record."""
 
 
-class _Bounds:
-    """Record body starts and ends for a whole fetch, as segments in record order.
+class _Run(NamedTuple):
+    """``count`` records of one layout, from byte ``position`` on."""
 
-    A segment is ``count`` records of one size: body k starts at first + k * size and ends
-    ``length`` bytes later. A run of same-size records is one segment; a record walked in
-    Python is a segment of one. Arrow expands all segments at once, so the common case
-    creates no Python object per record.
-    """
+    position: int
+    count: int
+    layout: _Layout
+
+    def column(self, buf: memoryview, at: int, dtype: str = "u1") -> np.ndarray:
+        """The field at ``at`` of every record, as a strided view of the buffer (no copy)."""
+        return np.ndarray((self.count,), dtype, buf, self.position + at, (self.layout.size,))
+
+    def varints(self, buf: memoryview, at: int, width: int) -> np.ndarray:
+        """The zigzag varint of ``width`` bytes at ``at`` of every record -> int64."""
+        table = _TABLES.get(width)
+        if table is not None:
+            return table.take(self.column(buf, at, "<u2" if width == 2 else "u1"))
+        value = np.zeros(self.count, np.uint64)
+        for j in range(width):
+            value |= (self.column(buf, at + j).astype(np.uint64) & _U7) << np.uint64(7 * j)
+        return (value >> _U1).view(np.int64) ^ -(value & _U1).view(np.int64)
+
+    def matching(self, buf: memoryview, begin: int, stop: int) -> int:
+        """How many records from ``begin`` on (and before ``stop``) share the layout."""
+        size = self.layout.size
+        differs = np.zeros(stop - begin, np.bool_)
+        for at, mask, bits in self.layout.numpy_words:
+            word = np.ndarray(
+                (stop - begin,), "<u8", buf, self.position + begin * size + at, (size,)
+            )
+            differs |= (word & mask) != bits
+        first = int(differs.argmax())
+        return first if differs[first] else stop - begin
+
+
+_WIDTH_LIMITS = (64, 8192, 1 << 20, 1 << 27)
+"""Offset deltas at which a zigzag varint grows a byte: where a run most likely ends."""
+
+
+def _run_at(buf: memoryview, p: int, limit: int, most: int, known: list[_Layout]) -> _Run | None:
+    """The longest run of at most ``most`` records from p on; None if the record at p cannot
+    head one. ``known`` holds the layouts seen lately (consecutive batches repeat them)."""
+    layout = next((seen for seen in known if seen.matches(buf, p, limit)), None)
+    if layout is None:
+        layout = _layout(buf, p, limit)
+        if layout is None:
+            return None
+        known.append(layout)
+    fits = min(most, (limit - p) // layout.size)
+    run = _Run(p, fits, layout)
+    # Check up to one record past where the offset varint would grow (deltas usually count
+    # up by one), then the rest only if the run really goes on.
+    grows = next((n for n in _WIDTH_LIMITS if n > layout.offset_delta), fits)
+    probe = min(fits, grows - layout.offset_delta + 1)
+    count = run.matching(buf, 0, probe)
+    if count == probe < fits:
+        count += run.matching(buf, probe, fits)
+    return run._replace(count=count)
+
+
+def _split_runs(buf: memoryview, position: int, h: BatchHeader, known: list[_Layout]) -> list[_Run]:
+    """The runs of one batch's records, or [] if the batch is better left to the parser."""
+    p = position + HEADER_SIZE
+    limit = position + h.batch_length
+    left = h.record_count
+    if left < MIN_RUN:
+        return []
+    runs: list[_Run] = []
+    while left:
+        run = _run_at(buf, p, limit, left, known)
+        if run is None or (run.count < MIN_RUN and run.count < left):
+            return []
+        runs.append(run)
+        p += run.count * run.layout.size
+        left -= run.count
+    return runs if p == limit else []
+
+
+class _Binary:
+    """A binary column assembled from pieces in row order, each value copied once."""
 
     def __init__(self) -> None:
-        self.firsts = array("i")
-        self.sizes = array("i")
-        self.counts = array("i")
-        self.lengths = array("i")
+        # (rows, width, values): ``rows`` values of ``width`` bytes (-1: nulls) in a strided
+        # "S<width>" view (None if width < 1), or width None and a list of values
+        self._pieces: list[tuple[int, int | None, np.ndarray | list[bytes | None] | None]] = []
 
-    def add_run(self, first_body: int, size: int, count: int, length: int) -> None:
-        self.firsts.append(first_body)
-        self.sizes.append(size)
-        self.counts.append(count)
-        self.lengths.append(length)
+    def add_run(self, rows: int, width: int, values: np.ndarray | None) -> None:
+        self._pieces.append((rows, width, values))
 
-    def arrays(self, n: int) -> tuple[pa.Array, pa.Array]:
-        """(body starts, record ends) of the ``n`` records, in order."""
-        segments = len(self.counts)
+    def add_list(self, values: list[bytes | None]) -> None:
+        self._pieces.append((len(values), None, values))
 
-        def column(values: array) -> pa.Array:
-            return pa.Array.from_buffers(pa.int32(), segments, [None, pa.py_buffer(values)])
-
-        counts = column(self.counts)
-        starts = pc.cumulative_sum(counts)  # exclusive end of each segment, in records
-        offsets = pa.concat_arrays([pa.array([0], pa.int32()), starts])
-        owner = pc.list_parent_indices(pa.ListArray.from_arrays(offsets, pa.nulls(n, pa.int8())))
-        segment_start = pc.subtract(starts, counts)
-        within = pc.subtract(_RAMPS.ramp(n), pc.take(segment_start, owner))
-        bodies = pc.add(
-            pc.take(column(self.firsts), owner),
-            pc.multiply(within, pc.take(column(self.sizes), owner)),
-        )
-        ends = pc.add(bodies, pc.take(column(self.lengths), owner))
-        return bodies.cast(pa.int32()), ends.cast(pa.int32())
-
-
-def _boundaries(buf: bytes, span: BatchSpan, bounds: _Bounds) -> None:
-    """Note where each record of one batch has its body and where it ends.
-
-    Runs of same-size records are found by C-level byte scans; the rest is walked in Python,
-    in stretches that grow after each failed attempt, so batches of all-different sizes cost
-    little more than a plain loop.
-    """
-    p = span.position + HEADER_SIZE
-    limit = span.position + span.length
-    left = span.record_count
-    stretch = 32
-    while left > 0:
-        run, size, width, length = _same_size_run(buf, p, limit, left)
-        if run:
-            bounds.add_run(p + width, size, run, length)
-            p += run * size
-            left -= run
-            stretch = 32
-            continue
-        count = min(left, stretch)
-        p = _hop(buf, p, count, bounds)
-        left -= count
-        stretch = min(2 * stretch, 256)
-        if p > limit:
-            break
-    if p != limit:
-        raise CorruptBatchError(
-            f"records of the batch at offset {span.base_offset} do not fill it "
-            f"({p - span.position} of {span.length} bytes)"
-        )
+    def array(self) -> pa.Array:
+        pieces = self._pieces
+        n = sum(rows for rows, _, _ in pieces)
+        if all(width == -1 for _, width, _ in pieces):
+            return pa.nulls(n, pa.binary())
+        widths = [max(width, 0) if width is not None else 0 for _, width, _ in pieces]
+        lengths = np.repeat(widths, [rows for rows, _, _ in pieces])
+        valid: np.ndarray | None = None  # only built if there are nulls
+        r = 0
+        for rows, width, values in pieces:
+            nulls = width == -1 or (width is None and None in values)  # type: ignore[operator]
+            if nulls and valid is None:
+                valid = np.ones(n, np.bool_)
+            if width is None:
+                assert isinstance(values, list)
+                lengths[r : r + rows] = [0 if v is None else len(v) for v in values]
+                if nulls:
+                    valid[r : r + rows] = [v is not None for v in values]  # type: ignore[index]
+            elif nulls:
+                valid[r : r + rows] = False  # type: ignore[index]
+            r += rows
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        if total >= 2**31:
+            raise ValueError(f"{total} bytes of keys or values do not fit one Arrow batch")
+        data = np.empty(total, np.uint8)
+        r = 0
+        for rows, _, values in pieces:
+            start, end = offsets[r], offsets[r + rows]
+            if isinstance(values, np.ndarray):  # one fixed-size copy per value, in C
+                data[start:end].view(values.dtype)[...] = values
+            elif values is not None and end > start:
+                data[start:end] = np.frombuffer(b"".join(v for v in values if v), np.uint8)
+            r += rows
+        bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+        buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+        return pa.Array.from_buffers(pa.binary(), n, buffers)
 
 
-# Typed scalars everywhere: a bare Python int makes pyarrow.compute try (slow, failing)
-# imports of optional modules on every call.
-_ZERO64 = pa.scalar(0, pa.int64())
-_ONE32 = pa.scalar(1, pa.int32())
-_THOUSAND64 = pa.scalar(1000, pa.int64())
-_U7 = pa.scalar(0x7F, pa.int64())
-_HIGH = pa.scalar(0x80, pa.int64())
+class _Columns:
+    """The rows of one fetched chunk, as pieces in offset order."""
+
+    def __init__(self, with_headers: bool) -> None:
+        self.offsets: list[np.ndarray] = []
+        self.millis: list[np.ndarray] = []
+        self.keys = _Binary()
+        self.values = _Binary()
+        self.headers: list[list[tuple[str, bytes | None]]] | None = [] if with_headers else None
+
+    def add_run(self, buf: memoryview, run: _Run, h: BatchHeader) -> None:
+        layout = run.layout
+        offsets = run.varints(buf, layout.offset_at, layout.offset_width)
+        offsets += h.base_offset
+        self.offsets.append(offsets)
+        millis = run.varints(buf, layout.timestamp_at, layout.timestamp_width)
+        millis += h.first_timestamp
+        self.millis.append(millis)
+        for column, at, length in (
+            (self.keys, layout.key_at, layout.key_length),
+            (self.values, layout.value_at, layout.value_length),
+        ):
+            values = run.column(buf, at, f"S{length}") if length > 0 else None
+            column.add_run(run.count, length, values)
+        if self.headers is not None:
+            self.headers.extend([] for _ in range(run.count))
+
+    def add_parsed(self, batch: bytes, h: BatchHeader) -> None:
+        """A batch the vectorised path does not take: the record parser decodes it."""
+        records: list[tuple[int, int, bytes | None, bytes | None, tuple]] = []
+        decode_into(batch, h, _as_tuple, records)
+        offsets, millis, keys, values, headers = zip(*records, strict=True)
+        self.offsets.append(np.array(offsets, np.int64))
+        self.millis.append(np.array(millis, np.int64))
+        self.keys.add_list(list(keys))
+        self.values.add_list(list(values))
+        if self.headers is not None:
+            self.headers.extend(list(pairs) for pairs in headers)
 
 
-def _varints(data: pa.Array, pos: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Decode one zigzag varint at every position at once -> (int64 values, next positions)."""
-    acc: pa.Array | None = None
-    active: pa.Array | None = None
-    for k in range(10):
-        byte = pc.take(data, pos).cast(pa.int64())
-        low = pc.bit_wise_and(byte, _U7)
-        if k:
-            low = pc.shift_left(low, pa.scalar(7 * k, pa.int64()))
-        if active is not None:
-            low = pc.multiply(low, active)
-        acc = low if acc is None else pc.add(acc, low)
-        more = pc.greater_equal(byte, _HIGH)
-        if active is not None:
-            more = pc.and_(more, pc.cast(active, pa.bool_()))
-        step = more.cast(pa.int32())
-        if not pc.any(more).as_py():
-            pos = pc.add(pos, _ONE32) if active is None else pc.add(pos, active.cast(pa.int32()))
-            break
-        pos = pc.add(pos, _ONE32) if active is None else pc.add(pos, active.cast(pa.int32()))
-        active = step.cast(pa.int64())
-    else:
-        raise CorruptBatchError("varint longer than 10 bytes")
-    assert acc is not None
-    value = pc.bit_wise_xor(
-        pc.shift_right(acc, pa.scalar(1, pa.int64())),
-        pc.negate(pc.bit_wise_and(acc, pa.scalar(1, pa.int64()))),
-    )
-    return value, pos
-
-
-def _headers(buf: bytes, p: int, end: int, offset: int) -> list[tuple[str, bytes | None]]:
-    """Decode one record's headers (only when the query asked for them)."""
-    count, p = _varint(buf, p)
-    out: list[tuple[str, bytes | None]] = []
-    for _ in range(count):
-        n, p = _varint(buf, p)
-        key = bytes(buf[p : p + n]).decode("utf-8", "replace")
-        p += n
-        n, p = _varint(buf, p)
-        value = None if n < 0 else bytes(buf[p : p + n])
-        if n > 0:
-            p += n
-        out.append((key, value))
-    if p > end:
-        raise CorruptBatchError(f"headers of the record at offset {offset} overrun it")
-    return out
-
-
-class _Ramps:
-    """Cached 0, 1, 2, ... and True, False, True, ... arrays, sliced to the length needed."""
-
-    def __init__(self) -> None:
-        self._size = 0
-        self._ramp = pa.array([], pa.int32())
-        self._even = pa.array([], pa.bool_())
-
-    def _grow(self, n: int) -> None:
-        size = max(n, 2 * self._size, 65536)
-        ones = pa.repeat(pa.scalar(1, pa.int32()), size)
-        self._ramp = pc.subtract(pc.cumulative_sum(ones), pa.scalar(1, pa.int32()))
-        self._even = pc.equal(pc.bit_wise_and(self._ramp, pa.scalar(1, pa.int32())), 0)
-        self._size = size
-
-    def ramp(self, n: int) -> pa.Array:
-        if n > self._size:
-            self._grow(n)
-        return self._ramp.slice(0, n)
-
-    def even(self, n: int) -> pa.Array:
-        if n > self._size:
-            self._grow(n)
-        return self._even.slice(0, n)
-
-
-_RAMPS = _Ramps()
-
-
-def _binary(data: pa.Buffer, starts: pa.Array, lengths: pa.Array) -> pa.Array:
-    """Binary column of the spans (start, length) of ``data``; length -1 means null.
-
-    The spans are in order and do not overlap, so interleaving them with the gaps between
-    them gives valid binary offsets over ``data`` itself; keeping every other element copies
-    just the values, in C++.
-    """
-    n = len(starts)
-    nulls = pc.less(lengths, _ZERO64)
-    has_nulls = pc.any(nulls).as_py()
-    sizes = (pc.max_element_wise(lengths, _ZERO64) if has_nulls else lengths).cast(pa.int32())
-    validity = pc.invert(nulls).buffers()[1] if has_nulls else None
-    if not pc.max(sizes).as_py():  # all null or empty (e.g. no keys): nothing to gather
-        empty = [validity, pa.py_buffer(bytes(4 * (n + 1))), pa.py_buffer(b"")]
-        return pa.Array.from_buffers(pa.binary(), n, empty)
-    starts = starts.cast(pa.int32())
-    ends = pc.add(starts, sizes)
-    ramp = _RAMPS.ramp(2 * n)
-    # element 2i is span i, element 2i+1 the gap after it: index i//2 + (i%2)*n of starts+ends
-    pick = pc.add(
-        pc.shift_right(ramp, pa.scalar(1, pa.int32())),
-        pc.multiply(pc.bit_wise_and(ramp, pa.scalar(1, pa.int32())), pa.scalar(n, pa.int32())),
-    )
-    bounds = pc.take(pa.concat_arrays([starts, ends]), pick)
-    bounds = pa.concat_arrays([bounds, ends.slice(n - 1)])
-    both = pa.Array.from_buffers(pa.binary(), 2 * n, [None, bounds.buffers()[1], data])
-    values = pc.filter(both, _RAMPS.even(2 * n))
-    if validity is None:
-        return values
-    value_buffers = values.buffers()
-    return pa.Array.from_buffers(pa.binary(), n, [validity, value_buffers[1], value_buffers[2]])
+def _as_tuple(
+    offset: int, timestamp: int, key: bytes | None, value: bytes | None, headers: tuple
+) -> tuple[int, int, bytes | None, bytes | None, tuple]:
+    return offset, timestamp, key, value, headers
 
 
 class DecodedChunk(NamedTuple):
@@ -412,64 +386,65 @@ def decode_chunk(
     Control batches are skipped (they occupy offsets but carry no user records). ``schema`` is
     the Arrow schema Spark expects; headers are decoded only if it has a ``headers`` field.
     """
-    raw = pa.py_buffer(buf)
-    data = pa.Array.from_buffers(pa.uint8(), len(buf), [None, raw])
-    bounds = _Bounds()
-    bases = array("q")
-    first_ts = array("q")
+    view = memoryview(buf).cast("B")
+    columns = _Columns("headers" in schema.names)
+    known: list[_Layout] = []
     next_offset = start
-    for span in iter_spans(buf):
-        if span.last_offset < start:
-            next_offset = span.last_offset + 1
+    for position, h in iter_whole_batches(view):
+        if h.last_offset < start:
+            next_offset = h.next_offset
             continue
-        if span.base_offset >= end:
+        if h.base_offset >= end:
             break
-        if not span.control and span.record_count > 0:
-            _boundaries(buf, span, bounds)
-            bases.extend(array("q", [span.base_offset]) * span.record_count)
-            first_ts.extend(array("q", [span.first_timestamp]) * span.record_count)
-        next_offset = span.last_offset + 1
-    n = len(bases)
-    if n == 0:
+        next_offset = h.next_offset
+        if is_control(h):
+            continue
+        runs = _split_runs(view, position, h, known)
+        if runs:
+            for run in runs:
+                columns.add_run(view, run, h)
+        else:
+            columns.add_parsed(bytes(view[position : position + h.batch_length]), h)
+    if not columns.offsets:
         return DecodedChunk(None, next_offset)
-    body_starts, record_ends = bounds.arrays(n)
-    pos = pc.add(body_starts, _ONE32)
-    try:
-        ts_delta, pos = _varints(data, pos)
-        offset_delta, pos = _varints(data, pos)
-        key_len, pos = _varints(data, pos)
-        key_start = pos
-        pos = pc.add(pos, pc.max_element_wise(key_len, _ZERO64).cast(pa.int32()))
-        value_len, pos = _varints(data, pos)
-        value_start = pos
-        pos = pc.add(pos, pc.max_element_wise(value_len, _ZERO64).cast(pa.int32()))
-    except (IndexError, pa.ArrowIndexError) as exc:
-        raise CorruptBatchError(f"a record overruns its batch: {exc}") from None
-    if not pc.all(pc.less_equal(pos, record_ends)).as_py():
-        raise CorruptBatchError(f"a record of {topic}/{partition} overruns its length")
-    offsets = pc.add(
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(bases)]), offset_delta
-    )
-    millis = pc.add(pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(first_ts)]), ts_delta)
-    arrays = [
-        _binary(raw, key_start, key_len),
-        _binary(raw, value_start, value_len),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        offsets,
-        pc.multiply(millis, _THOUSAND64).view(_TIMESTAMP_TYPE),
-        pa.repeat(_CREATE_TIME, n),
-    ]
-    if "headers" in schema.names:
-        header_pos = pos.to_pylist()
-        offset_list = offsets.to_pylist()
-        end_list = record_ends.to_pylist()
-        header_rows = [_headers(buf, header_pos[i], end_list[i], offset_list[i]) for i in range(n)]
-        arrays.append(pa.array(header_rows, schema.field("headers").type))
-    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-    first, last = offsets[0].as_py(), offsets[n - 1].as_py()
-    if first < start or last >= end:  # offsets ascend: the wanted rows are one slice
-        low = pc.sum(pc.less(offsets, pa.scalar(start, pa.int64()))).as_py() or 0
-        high = pc.sum(pc.less(offsets, pa.scalar(end, pa.int64()))).as_py() or 0
-        batch = batch.slice(low, high - low)
+    offsets = np.concatenate(columns.offsets)
+    batch = _record_batch(columns, offsets, topic, partition, schema)
+    if offsets[0] < start or offsets[-1] >= end:
+        if (offsets[1:] > offsets[:-1]).all():  # as they should be: the rows are one slice
+            low, high = np.searchsorted(offsets, (start, end))
+            batch = batch.slice(low, high - low)
+        else:
+            batch = batch.filter(pa.array((offsets >= start) & (offsets < end)))
     return DecodedChunk(batch if batch.num_rows else None, next_offset)
+
+
+def _record_batch(
+    columns: _Columns, offsets: np.ndarray, topic: str, partition: int, schema: pa.Schema
+) -> pa.RecordBatch:
+    micros = np.concatenate(columns.millis) * 1000
+    n = len(offsets)
+    arrays = [
+        columns.keys.array(),
+        columns.values.array(),
+        _repeated_string(topic, n),
+        _repeated_int32(partition, n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, pa.py_buffer(micros)]),
+        _repeated_int32(TIMESTAMP_TYPE_CREATE_TIME, n),
+    ]
+    if columns.headers is not None:
+        arrays.append(pa.array(columns.headers, schema.field("headers").type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _repeated_int32(value: int, n: int) -> pa.Array:
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, np.int32))])
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    encoded = text.encode()
+    offsets = np.arange(0, (n + 1) * len(encoded), len(encoded) or 1, dtype=np.int64)
+    if not encoded:
+        offsets = np.zeros(n + 1, np.int64)
+    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(encoded * n)]
+    return pa.Array.from_buffers(pa.string(), n, buffers)

@@ -136,7 +136,7 @@ def test_decode_stops_at_a_partial_trailing_batch() -> None:
 def test_decode_rejects_a_batch_with_a_bad_crc() -> None:
     buf = bytearray(stamped([(None, b"payload", [], 1)], 0))
     buf[-2] ^= 0xFF
-    with pytest.raises(CorruptBatchError, match="crc32c mismatch in the batch at offset 0"):
+    with pytest.raises(CorruptBatchError, match=r"crc32c mismatch .*, in the batch at offset 0"):
         decode_chunk(bytes(buf), "t", 0, 0, 10, PLAIN)
 
 
