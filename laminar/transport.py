@@ -29,7 +29,35 @@ FrameHandler = Callable[[int, bytes, memoryview], None]
 
 STAGING_BYTES = 256 * 1024
 """Small frames are received into one reused staging buffer; a frame larger than half of it
-is received straight into a buffer of its own size (no copy of the record batches inside)."""
+is received straight into a buffer of its own (no copy of the record batches inside)."""
+
+_spare_buffers: list[bytearray] = []
+MAX_SPARE_BUFFERS = 4
+
+
+def recycle(payload: memoryview) -> None:
+    """Give a large frame's buffer back, for a later large frame to be received into.
+
+    Fresh memory costs a page fault per 4 KiB on first touch, a large share of receiving a
+    fetch. Only a caller holding no other reference into the frame may do this (the Spark
+    source, once it has decoded a fetch into Arrow arrays of its own).
+    """
+    buffer = payload.obj
+    if (
+        isinstance(buffer, bytearray)
+        and len(buffer) > STAGING_BYTES // 2
+        and len(_spare_buffers) < MAX_SPARE_BUFFERS
+    ):
+        _spare_buffers.append(buffer)
+
+
+def _large_buffer(size: int) -> bytearray:
+    """A buffer of at least ``size`` bytes: a recycled one that is not far too big, or a new
+    one rounded up to a whole MiB (so it can take the next frame, which may be a bit larger)."""
+    for i, spare in enumerate(_spare_buffers):
+        if size <= len(spare) <= 2 * size:
+            return _spare_buffers.pop(i)
+    return bytearray(-(-size // (1 << 20)) << 20)
 
 
 class FramedProtocol(asyncio.BufferedProtocol):
@@ -46,6 +74,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self._start = 0  # unparsed bytes are self._staging[self._start:self._end]
         self._end = 0
         self._large: bytearray | None = None  # a large frame being received, header included
+        self._large_size = 0  # its size (the buffer may be longer)
         self._large_filled = 0
         self._transport: asyncio.Transport | None = None
         self._write_paused = False
@@ -62,7 +91,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
-            return memoryview(self._large)[self._large_filled :]
+            return memoryview(self._large)[self._large_filled : self._large_size]
         if self._end == len(self._staging):  # full: move the unparsed tail to the front
             pending = self._end - self._start
             self._staging[:pending] = self._staging[self._start : self._end]
@@ -73,9 +102,9 @@ class FramedProtocol(asyncio.BufferedProtocol):
         try:
             if self._large is not None:
                 self._large_filled += nbytes
-                if self._large_filled == len(self._large):
+                if self._large_filled == self._large_size:
                     frame, self._large = self._large, None
-                    self._deliver(frame)
+                    self._deliver(memoryview(frame)[: self._large_size])
                 return
             self._end += nbytes
             self._parse_staging()
@@ -93,8 +122,10 @@ class FramedProtocol(asyncio.BufferedProtocol):
             available = self._end - start
             if available < size:
                 if size > len(staging) // 2:  # large: continue it in a buffer of its own
-                    self._large = bytearray(size)
-                    self._large[:available] = view[start : self._end]
+                    self._large = _large_buffer(size)
+                    self._large_size = size
+                    # (a memoryview copy: bytearray slice assignment is many times slower)
+                    memoryview(self._large)[:available] = view[start : self._end]
                     self._large_filled = available
                     self._start = self._end = 0
                     return
@@ -104,7 +135,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
 
-    def _deliver(self, frame: bytes | bytearray) -> None:
+    def _deliver(self, frame: bytes | memoryview) -> None:
         view = memoryview(frame)
         header = parse_header(view[:HEADER_SIZE])
         body = view[HEADER_SIZE:]

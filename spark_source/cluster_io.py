@@ -29,6 +29,7 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.protocol import read_error
+from laminar.transport import recycle
 from spark_source.decode import decode_chunk, offset_after
 from spark_source.options import EARLIEST, LATEST, SourceOptions
 from spark_source.planning import (
@@ -339,6 +340,7 @@ def read_range(
                 top_up()
                 loop.run_until_complete(asyncio.sleep(0))  # let the requests go out now
                 chunk = decode_chunk(got.data, part.topic, part.partition, offset, high, schema)
+                recycle(got.data)  # the chunk's arrays are its own: the frame can be reused
                 if chunk.next_offset <= offset:  # one batch is larger than the fetch size
                     _grow_fetch(fetcher, part, offset)
                     task = replace(task, offset)

@@ -308,7 +308,8 @@ class _Binary:
         total = int(offsets[-1])
         if total >= 2**31:
             raise ValueError(f"{total} bytes of keys or values do not fit one Arrow batch")
-        data = np.empty(total, np.uint8)
+        buffer = pa.allocate_buffer(total)  # Arrow's pool keeps freed memory: no page faults
+        data = np.frombuffer(buffer, np.uint8)
         r = 0
         for rows, _, values in pieces:
             start, end = offsets[r], offsets[r + rows]
@@ -318,7 +319,7 @@ class _Binary:
                 data[start:end] = np.frombuffer(b"".join(v for v in values if v), np.uint8)
             r += rows
         bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-        buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+        buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), buffer]
         return pa.Array.from_buffers(pa.binary(), n, buffers)
 
 

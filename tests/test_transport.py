@@ -7,7 +7,7 @@ import random
 import pytest
 
 from laminar.framing import encode_frame
-from laminar.transport import STAGING_BYTES, FramedProtocol
+from laminar.transport import STAGING_BYTES, FramedProtocol, recycle
 
 
 def feed(protocol: FramedProtocol, stream: bytes, rng: random.Random) -> None:
@@ -49,3 +49,22 @@ def test_a_corrupt_frame_closes_the_connection_after_the_good_ones() -> None:
     feed(protocol, good + bytes(bad) + good, random.Random(1))
     assert got == [1]
     assert protocol.closed
+
+
+def test_recycled_frame_buffers_receive_later_frames_intact() -> None:
+    rng = random.Random(3)
+    payloads = [
+        rng.randbytes(n) for n in (3 * STAGING_BYTES, 2 * STAGING_BYTES, 40 * STAGING_BYTES)
+    ]
+    got: list[memoryview] = []
+    protocol = FramedProtocol(lambda k, m, p: got.append(p))
+    held: list[bytes] = []
+    for payload in payloads:  # each payload is recycled once read, as the Spark source does
+        feed(protocol, b"".join(encode_frame(1, b"\0" * 8, payload)), rng)
+        held.append(bytes(got[-1]))
+        recycle(got[-1])
+    assert held == payloads
+    # the second frame went into the first one's (recycled, larger) buffer; the third, over
+    # twice as large, into a new one
+    assert got[1].obj is got[0].obj
+    assert got[2].obj is not got[0].obj
