@@ -32,7 +32,7 @@ STAGING_BYTES = 256 * 1024
 is received straight into a buffer of its own (no copy of the record batches inside)."""
 
 _spare_buffers: list[bytearray] = []
-MAX_SPARE_BUFFERS = 4
+MAX_SPARE_BUFFERS = 8
 
 
 def recycle(payload: memoryview) -> None:
@@ -40,24 +40,23 @@ def recycle(payload: memoryview) -> None:
 
     Fresh memory costs a page fault per 4 KiB on first touch, a large share of receiving a
     fetch. Only a caller holding no other reference into the frame may do this (the Spark
-    source, once it has decoded a fetch into Arrow arrays of its own).
+    source, once it has decoded a fetch into Arrow arrays of its own). The largest few
+    buffers are kept.
     """
     buffer = payload.obj
-    if (
-        isinstance(buffer, bytearray)
-        and len(buffer) > STAGING_BYTES // 2
-        and len(_spare_buffers) < MAX_SPARE_BUFFERS
-    ):
+    if isinstance(buffer, bytearray) and len(buffer) > STAGING_BYTES // 2:
         _spare_buffers.append(buffer)
+        _spare_buffers.sort(key=len)
+        del _spare_buffers[:-MAX_SPARE_BUFFERS]
 
 
 def _large_buffer(size: int) -> bytearray:
-    """A buffer of at least ``size`` bytes: a recycled one that is not far too big, or a new
-    one rounded up to a whole MiB (so it can take the next frame, which may be a bit larger)."""
+    """A buffer of at least ``size`` bytes: the smallest recycled one not over twice that, or
+    a new one with room for a somewhat larger frame next time (fetch sizes vary a little)."""
     for i, spare in enumerate(_spare_buffers):
         if size <= len(spare) <= 2 * size:
             return _spare_buffers.pop(i)
-    return bytearray(-(-size // (1 << 20)) << 20)
+    return bytearray(-(-(size + size // 4) // (1 << 20)) << 20)
 
 
 class FramedProtocol(asyncio.BufferedProtocol):
