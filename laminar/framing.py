@@ -10,10 +10,16 @@ Cap'n Proto message, so they are never copied by pycapnp):
     3      1    kind    (which schema/root type the message is; see laminar.protocol)
     4      4    message_len  (bytes of the Cap'n Proto message, multiple of 8)
     8      4    payload_len  (bytes of raw payload)
-    12     4    crc32c over bytes 0..11 of this header, the message and the payload
+    12     4    crc32c over bytes 0..11 of this header, the message and (see below) the payload
 
 All integers are little-endian. The crc exists because 68% of bit-flipped Cap'n Proto messages
 still decode (see the brief): a frame that fails it is dropped and its connection closed.
+
+On client connections the payload is only ever record batches, each with a crc32c of its own
+that its receiver checks (the node before appending a produced batch, the client library and
+the Spark source before decoding a fetched one), so there the frame crc leaves the payload out
+and a fetch is not checksummed twice on each side. Peer and gossip frames carry other payloads
+(Raft control entries), so their frame crc covers the payload too.
 """
 
 from __future__ import annotations
@@ -47,19 +53,23 @@ class FrameHeader(NamedTuple):
 Buffer = bytes | bytearray | memoryview
 
 
-def encode_frame(kind: int, message: bytes, payload: Buffer = b"") -> list[Buffer]:
+def encode_frame(
+    kind: int, message: bytes, payload: Buffer = b"", *, crc_covers_payload: bool = True
+) -> list[Buffer]:
     """Return the frame as buffers to write in order (header, message, payload)."""
-    return encode_frame_parts(kind, message, [payload] if payload else [])
+    return encode_frame_parts(kind, message, [payload] if payload else [], crc_covers_payload)
 
 
-def encode_frame_parts(kind: int, message: bytes, payload_parts: list[Buffer]) -> list[Buffer]:
+def encode_frame_parts(
+    kind: int, message: bytes, payload_parts: list[Buffer], crc_covers_payload: bool = True
+) -> list[Buffer]:
     """Like encode_frame with the payload given as several buffers (written without a join)."""
     if len(message) % 8:
         raise ValueError("a Cap'n Proto message is always a multiple of 8 bytes")
     total = sum(len(part) for part in payload_parts)
     prefix = struct.pack("<HBBII", MAGIC, VERSION, kind, len(message), total)
     crc = crc32c.crc32c(message, crc32c.crc32c(prefix))
-    for part in payload_parts:
+    for part in payload_parts if crc_covers_payload else ():
         crc = crc32c.crc32c(part, crc)
     return [prefix + struct.pack("<I", crc), message, *payload_parts]
 
@@ -82,9 +92,11 @@ def verify_body(
     header_bytes: bytes | bytearray | memoryview,
     header: FrameHeader,
     body: bytes | bytearray | memoryview,
+    crc_covers_payload: bool = True,
 ) -> None:
-    """Check the crc over header prefix + body (message + payload)."""
-    crc = crc32c.crc32c(body, crc32c.crc32c(bytes(header_bytes[:12])))
+    """Check the crc over header prefix + body (message, and payload if it is covered)."""
+    covered = body if crc_covers_payload else memoryview(body)[: header.message_len]
+    crc = crc32c.crc32c(covered, crc32c.crc32c(bytes(header_bytes[:12])))
     if crc != header.crc:
         raise ProtocolError("frame crc mismatch")
 

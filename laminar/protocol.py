@@ -25,6 +25,10 @@ KIND_RESPONSE = 2
 KIND_PEER = 3
 KIND_SWIM = 0x53  # one SWIM datagram (laminar/membership/codec.py)
 
+CLIENT_CRC_COVERS_PAYLOAD = False
+"""Client frames carry only record batches as payload, each checked by its own crc32c, so
+their frame crc leaves the payload out (laminar/framing.py)."""
+
 ACKS_ALL = -1
 ACKS_LEADER = 1
 ACKS_NONE = 0

@@ -66,9 +66,12 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self,
         on_frame: FrameHandler,
         on_close: Callable[[Exception | None], None] | None = None,
+        *,
+        crc_covers_payload: bool = True,
     ) -> None:
         self._on_frame = on_frame
         self._on_close = on_close
+        self._crc_covers_payload = crc_covers_payload  # False on client connections (framing)
         self._staging = bytearray(STAGING_BYTES)
         self._start = 0  # unparsed bytes are self._staging[self._start:self._end]
         self._end = 0
@@ -138,7 +141,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
         view = memoryview(frame)
         header = parse_header(view[:HEADER_SIZE])
         body = view[HEADER_SIZE:]
-        verify_body(view[:HEADER_SIZE], header, body)
+        verify_body(view[:HEADER_SIZE], header, body, self._crc_covers_payload)
         message = bytes(body[: header.message_len])  # Cap'n Proto wants its own aligned bytes
         self._on_frame(header.kind, message, body[header.message_len :])
 
@@ -161,13 +164,17 @@ class FramedProtocol(asyncio.BufferedProtocol):
         """Queue one frame for writing; never blocks (use ``drain`` for back-pressure)."""
         if self.closed or self._transport is None:
             raise ConnectionError("connection is closed")
-        self._transport.writelines(encode_frame(kind, message, payload))
+        self._transport.writelines(
+            encode_frame(kind, message, payload, crc_covers_payload=self._crc_covers_payload)
+        )
 
     def send_parts(self, kind: int, message: bytes, payload_parts: list[Buffer]) -> None:
         """Like send, with the payload given as several buffers (no join copy)."""
         if self.closed or self._transport is None:
             raise ConnectionError("connection is closed")
-        self._transport.writelines(encode_frame_parts(kind, message, payload_parts))
+        self._transport.writelines(
+            encode_frame_parts(kind, message, payload_parts, self._crc_covers_payload)
+        )
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""

@@ -24,6 +24,7 @@ from laminar.errors import (
 )
 from laminar.protocol import (
     ACKS_NONE,
+    CLIENT_CRC_COVERS_PAYLOAD,
     EARLIEST,
     KIND_RESPONSE,
     LATEST,
@@ -192,7 +193,11 @@ class FakeNode:
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
 
-        protocol = FramedProtocol(on_frame, lambda _exc: self.connections.discard(protocol))
+        protocol = FramedProtocol(
+            on_frame,
+            lambda _exc: self.connections.discard(protocol),
+            crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD,
+        )
         self.connections.add(protocol)
         return protocol
 

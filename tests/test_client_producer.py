@@ -13,6 +13,7 @@ from laminar.client import Producer, RecordMetadata
 from laminar.client.partitioner import key_partition
 from laminar.errors import (
     BatchTooLargeError,
+    CorruptBatchError,
     NotLeaderError,
     RequestTimeoutError,
     UnknownPartitionError,
@@ -112,6 +113,16 @@ async def test_not_leader_without_hint_refreshes_metadata(fake: FakeCluster) -> 
     assert meta.offset == 0
     assert stored(fake, "t", 2) == [(0, b"v")]
     assert len([r for _, r in fake.produce_requests if ("t", 2) in r]) == 3
+
+
+async def test_a_batch_damaged_on_the_wire_is_sent_again(fake: FakeCluster) -> None:
+    # Client frames leave batches to their own crc, so the node answers a batch damaged in
+    # transit with CorruptBatchError; the producer's copy is whole, and a resend succeeds.
+    fake.faults.produce_errors[("t", 1)] = deque([CorruptBatchError("crc32c mismatch")])
+    async with Producer(fake.bootstrap, retry_backoff_ms=10) as producer:
+        meta = await producer.send_and_wait("t", b"v", partition=1)
+    assert meta.offset == 0
+    assert stored(fake, "t", 1) == [(0, b"v")]
 
 
 async def test_retries_keep_partition_order(fake: FakeCluster) -> None:

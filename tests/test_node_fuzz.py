@@ -18,7 +18,7 @@ import pytest
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.framing import MAGIC, VERSION, encode_frame
-from laminar.protocol import KIND_PEER, KIND_REQUEST, client_schema
+from laminar.protocol import CLIENT_CRC_COVERS_PAYLOAD, KIND_PEER, KIND_REQUEST, client_schema
 from laminar.segment.batch import build_batch
 from laminar.transport import split_address
 from tests.cluster_fixture import start_cluster
@@ -37,6 +37,12 @@ def valid_request_bytes(rng: random.Random) -> bytes:
     return request.to_bytes()
 
 
+def client_frame(message: bytes, payload: bytes = b"") -> bytes:
+    return b"".join(
+        encode_frame(KIND_REQUEST, message, payload, crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD)
+    )
+
+
 def garbage_frames(rng: random.Random) -> list[bytes]:
     """A mix of hostile inputs: noise, bad crc, garbage Cap'n Proto, lies about lengths."""
     frames: list[bytes] = []
@@ -45,21 +51,16 @@ def garbage_frames(rng: random.Random) -> list[bytes]:
         if choice == 0:
             frames.append(rng.randbytes(rng.randrange(1, 200)))
         elif choice == 1:  # right crc, random Cap'n Proto words
-            frames.append(
-                b"".join(encode_frame(KIND_REQUEST, rng.randbytes(8 * rng.randrange(1, 20))))
-            )
+            frames.append(client_frame(rng.randbytes(8 * rng.randrange(1, 20))))
         elif choice == 2:  # a valid frame with one bit flipped
+            # (in the payload, only the batch's own crc can notice: client frames leave it out)
             frame = bytearray(
-                b"".join(
-                    encode_frame(
-                        KIND_REQUEST, valid_request_bytes(rng), build_batch([(None, b"x", (), 0)])
-                    )
-                )
+                client_frame(valid_request_bytes(rng), build_batch([(None, b"x", (), 0)]))
             )
             frame[rng.randrange(len(frame))] ^= 1 << rng.randrange(8)
             frames.append(bytes(frame))
         elif choice == 3:  # valid request whose batch reference runs past the payload
-            frames.append(b"".join(encode_frame(KIND_REQUEST, valid_request_bytes(rng), b"short")))
+            frames.append(client_frame(valid_request_bytes(rng), b"short"))
         elif choice == 4:  # header claiming a huge body
             prefix = struct.pack("<HBBII", MAGIC, VERSION, KIND_REQUEST, 8, 1 << 30)
             frames.append(prefix + struct.pack("<I", crc32c.crc32c(prefix)))
@@ -68,9 +69,7 @@ def garbage_frames(rng: random.Random) -> list[bytes]:
         else:  # valid Cap'n Proto of a request with a corrupted batch inside
             batch = bytearray(build_batch([(b"k", b"v" * 50, (), 0)]))
             batch[rng.randrange(24, len(batch))] ^= 0xFF
-            frames.append(
-                b"".join(encode_frame(KIND_REQUEST, valid_request_bytes(rng), bytes(batch)))
-            )
+            frames.append(client_frame(valid_request_bytes(rng), bytes(batch)))
     return frames
 
 

@@ -68,3 +68,24 @@ def test_recycled_frame_buffers_receive_later_frames_intact() -> None:
     # twice as large, into a new one
     assert got[1].obj is got[0].obj
     assert got[2].obj is not got[0].obj
+
+
+@pytest.mark.parametrize("covers", [True, False])
+def test_client_frames_leave_the_payload_to_the_batch_crc(covers: bool) -> None:
+    frame = bytearray(b"".join(encode_frame(1, b"\0" * 8, b"batch", crc_covers_payload=covers)))
+    frame[-1] ^= 1  # damage the payload
+    got: list[bytes] = []
+    protocol = FramedProtocol(lambda k, m, p: got.append(bytes(p)), crc_covers_payload=covers)
+    feed(protocol, bytes(frame), random.Random(2))
+    # covered: the frame is dropped; not covered: it arrives, for the batch check to catch
+    assert got == ([] if covers else [b"batci"])
+    assert protocol.closed is covers
+
+
+def test_a_damaged_message_closes_a_client_connection_too() -> None:
+    frame = bytearray(b"".join(encode_frame(1, b"\1" * 8, b"batch", crc_covers_payload=False)))
+    frame[17] ^= 1  # inside the message
+    got: list[int] = []
+    protocol = FramedProtocol(lambda k, m, p: got.append(k), crc_covers_payload=False)
+    feed(protocol, bytes(frame), random.Random(2))
+    assert got == [] and protocol.closed

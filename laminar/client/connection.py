@@ -22,7 +22,14 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.framing import Buffer
-from laminar.protocol import API_VERSION, KIND_REQUEST, KIND_RESPONSE, client_schema, decode
+from laminar.protocol import (
+    API_VERSION,
+    CLIENT_CRC_COVERS_PAYLOAD,
+    KIND_REQUEST,
+    KIND_RESPONSE,
+    client_schema,
+    decode,
+)
 from laminar.protocol import read_error as read_wire_error
 from laminar.transport import FramedProtocol, split_address
 
@@ -64,7 +71,13 @@ class Connection:
         try:
             _, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: FramedProtocol(connection._on_frame, connection._on_close), host, port
+                    lambda: FramedProtocol(
+                        connection._on_frame,
+                        connection._on_close,
+                        crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD,
+                    ),
+                    host,
+                    port,
                 ),
                 timeout,
             )

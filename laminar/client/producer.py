@@ -26,7 +26,7 @@ from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.types import DEFAULT_BOOTSTRAP, Headers, RecordMetadata, TopicPartition
-from laminar.errors import LaminarError, NotLeaderError, UnknownPartitionError
+from laminar.errors import CorruptBatchError, LaminarError, NotLeaderError, UnknownPartitionError
 from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
 
 log = structlog.get_logger(__name__)
@@ -366,7 +366,10 @@ class Producer:
         assert accumulator is not None and cluster is not None
         now = asyncio.get_running_loop().time()
         in_time = now - batch.created < self.delivery_timeout
-        if is_retriable(error) and batch.attempts < self.retries and in_time:
+        # A batch the node found corrupt was built right by this producer, so it was damaged on the
+        # wire (client frames leave batches to their own crc): sending it again can succeed.
+        retriable = is_retriable(error) or isinstance(error, CorruptBatchError)
+        if retriable and batch.attempts < self.retries and in_time:
             delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
             hinted = isinstance(error, NotLeaderError) and cluster.note_leader(
                 batch.tp, error.leader_id, error.leader_address

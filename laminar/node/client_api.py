@@ -31,6 +31,7 @@ from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
     ACKS_NONE,
+    CLIENT_CRC_COVERS_PAYLOAD,
     EARLIEST,
     KIND_REQUEST,
     KIND_RESPONSE,
@@ -82,7 +83,11 @@ class ClientServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-        protocol = FramedProtocol(on_frame, lambda _exc: self._connections.discard(protocol))
+        protocol = FramedProtocol(
+            on_frame,
+            lambda _exc: self._connections.discard(protocol),
+            crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD,
+        )
         self._connections.add(protocol)
         return protocol
 
