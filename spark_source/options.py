@@ -15,6 +15,10 @@ from laminar.client.types import DEFAULT_BOOTSTRAP, parse_bootstrap
 EARLIEST = -2
 LATEST = -1
 
+DEFAULT_FETCH_BYTES = 8 * 1024 * 1024
+"""Large enough that per-request costs vanish against the bytes; a task holds about three
+fetches' worth of frames (two windows ahead, one being decoded)."""
+
 OffsetSpec = str | dict[str, dict[int, int]]
 """'earliest', 'latest', or {topic: {partition: offset}} with -2 earliest and -1 latest."""
 
@@ -180,9 +184,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         min_partitions=_int(opts, "minPartitions", None, minimum=1),
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1_000_000, minimum=1)
         or 1_000_000,
-        fetch_max_bytes=_int(opts, "fetchMaxBytes", 4 * 1024 * 1024, minimum=1024)
-        or 4 * 1024 * 1024,
-        prefetch_windows=_int(opts, "prefetchWindows", 3, minimum=1) or 3,
+        fetch_max_bytes=_int(opts, "fetchMaxBytes", DEFAULT_FETCH_BYTES, minimum=1024)
+        or DEFAULT_FETCH_BYTES,
+        prefetch_windows=_int(opts, "prefetchWindows", 2, minimum=1) or 2,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=100) or 30_000,
         read_retry_timeout_ms=_int(opts, "readRetryTimeoutMs", 60_000, minimum=0) or 0,
     )
