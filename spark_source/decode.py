@@ -3,9 +3,10 @@
 This is the executor's hot path, so it avoids Python work per record where the data allows.
 A producer's batch is mostly long runs of records that share one layout: the same size, the
 same varint widths, the same key and value lengths, no headers. The layout changes only where
-a varint grows (offset delta 64, a timestamp delta past 63 ms, ...). A run is a 2-D numpy view
-of the fetched buffer, one row per record, so its offsets, timestamps and values come from a
-few vectorised operations whatever its length. A batch that does not split into long runs
+a varint grows (offset delta 64, a timestamp delta past 63 ms, ...). Each field of a run is a
+strided numpy view of the fetched buffer, one element per record, so the run's offsets,
+timestamps and values come from a few vectorised operations whatever its length. A batch that
+does not split into long runs
 (values of many sizes, headers) is decoded by the log's own record parser,
 ``laminar.segment.batch.decode_into``, which the client library uses too.
 
@@ -140,7 +141,7 @@ def _layout(buf: memoryview, p: int, limit: int) -> _Layout | None:
         key_end = key_at + max(key_length, 0)
         value_length, q = _varint(buf, p + key_end)
         value_at = q - p
-    except IndexError:
+    except (IndexError, CorruptBatchError):
         return None
     if key_length < -1 or value_length < -1 or value_at + max(value_length, 0) != size - 1:
         return None
@@ -225,6 +226,9 @@ class _Run(NamedTuple):
         return first if differs[first] else stop - begin
 
 
+KNOWN_LAYOUTS = 8
+"""Layouts remembered while decoding a fetch: a producer's batches repeat two or three."""
+
 _WIDTH_LIMITS = (64, 8192, 1 << 20, 1 << 27)
 """Offset deltas at which a zigzag varint grows a byte: where a run most likely ends."""
 
@@ -237,7 +241,8 @@ def _run_at(buf: memoryview, p: int, limit: int, most: int, known: list[_Layout]
         layout = _layout(buf, p, limit)
         if layout is None:
             return None
-        known.append(layout)
+        known.insert(0, layout)
+        del known[KNOWN_LAYOUTS:]
     fits = min(most, (limit - p) // layout.size)
     run = _Run(p, fits, layout)
     # Check up to one record past where the offset varint would grow (deltas usually count
@@ -444,8 +449,6 @@ def _repeated_int32(value: int, n: int) -> pa.Array:
 
 def _repeated_string(text: str, n: int) -> pa.Array:
     encoded = text.encode()
-    offsets = np.arange(0, (n + 1) * len(encoded), len(encoded) or 1, dtype=np.int64)
-    if not encoded:
-        offsets = np.zeros(n + 1, np.int64)
-    buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(encoded * n)]
+    offsets = np.arange(n + 1, dtype=np.int32) * len(encoded)
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(encoded * n)]
     return pa.Array.from_buffers(pa.string(), n, buffers)
