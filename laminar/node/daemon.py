@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import logging
 import signal
 import sys
@@ -50,6 +51,28 @@ async def serve(config: NodeConfig) -> None:
     await node.stop()
 
 
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+def keep_freed_memory() -> None:
+    """Have glibc keep freed memory for reuse instead of returning it to the kernel at once.
+
+    Every fetch reads several MiB of batches into a new buffer. By default glibc maps blocks
+    that large afresh and unmaps them when freed, so each fetch page-faults on every 4 KiB it
+    fills: a third of a node's CPU while serving reads on this machine. A node's heap peaks
+    at a few fetches in flight, so keeping that much around costs little. Elsewhere (musl,
+    macOS) there is no mallopt and nothing changes.
+    """
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 64 << 20)  # blocks below 64 MiB come from the heap
+    mallopt(_M_TRIM_THRESHOLD, 256 << 20)  # which keeps up to 256 MiB free before trimming
+
+
 def run(config: NodeConfig) -> None:
+    keep_freed_memory()
     configure_logging(config.log_format, config.log_level)
     uvloop.run(serve(config))
