@@ -288,44 +288,65 @@ class _Binary:
         self._pieces.append((len(values), None, values))
 
     def array(self) -> pa.Array:
+        """The column, built in buffers from Arrow's pool (fresh memory faults per page)."""
         pieces = self._pieces
         n = sum(rows for rows, _, _ in pieces)
         if all(width == -1 for _, width, _ in pieces):
             return pa.nulls(n, pa.binary())
-        widths = [max(width, 0) if width is not None else 0 for _, width, _ in pieces]
-        lengths = np.repeat(widths, [rows for rows, _, _ in pieces])
-        valid: np.ndarray | None = None  # only built if there are nulls
-        r = 0
-        for rows, width, values in pieces:
-            nulls = width == -1 or (width is None and None in values)  # type: ignore[operator]
-            if nulls and valid is None:
-                valid = np.ones(n, np.bool_)
-            if width is None:
-                assert isinstance(values, list)
-                lengths[r : r + rows] = [0 if v is None else len(v) for v in values]
-                if nulls:
-                    valid[r : r + rows] = [v is not None for v in values]  # type: ignore[index]
-            elif nulls:
-                valid[r : r + rows] = False  # type: ignore[index]
-            r += rows
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        total = int(offsets[-1])
+        sizes = [
+            [0 if v is None else len(v) for v in values] if width is None else None
+            for _, width, values in pieces
+        ]
+        total = sum(
+            sum(listed) if listed is not None else rows * max(width or 0, 0)
+            for (rows, width, _), listed in zip(pieces, sizes, strict=True)
+        )
         if total >= 2**31:
             raise ValueError(f"{total} bytes of keys or values do not fit one Arrow batch")
-        buffer = pa.allocate_buffer(total)  # Arrow's pool keeps freed memory: no page faults
+        offsets_buffer = pa.allocate_buffer(4 * (n + 1))
+        offsets = np.frombuffer(offsets_buffer, np.int32)
+        offsets[0] = 0
+        buffer = pa.allocate_buffer(total)
         data = np.frombuffer(buffer, np.uint8)
+        valid = np.ones(n, np.bool_) if any(_has_nulls(p) for p in pieces) else None
         r = 0
-        for rows, _, values in pieces:
-            start, end = offsets[r], offsets[r + rows]
-            if isinstance(values, np.ndarray):  # one fixed-size copy per value, in C
-                data[start:end].view(values.dtype)[...] = values
-            elif values is not None and end > start:
-                data[start:end] = np.frombuffer(b"".join(v for v in values if v), np.uint8)
+        for (rows, width, values), listed in zip(pieces, sizes, strict=True):
+            start = int(offsets[r])
+            ends = offsets[r + 1 : r + rows + 1]
+            if listed is not None:  # a parsed batch's values, one by one
+                assert isinstance(values, list)
+                np.cumsum(listed, out=ends)
+                ends += start
+                data[start : ends[-1]] = np.frombuffer(b"".join(v for v in values if v), np.uint8)
+                if valid is not None:
+                    valid[r : r + rows] = [v is not None for v in values]
+            else:  # a run's: ``rows`` values of ``width`` bytes, copied in one go
+                assert width is not None
+                np.multiply(_ramp(rows), max(width, 0), out=ends)
+                ends += start
+                if isinstance(values, np.ndarray):
+                    data[start : ends[-1]].view(values.dtype)[...] = values
+                if valid is not None and width == -1:
+                    valid[r : r + rows] = False
             r += rows
         bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
-        buffers = [bitmap, pa.py_buffer(offsets.astype(np.int32)), buffer]
-        return pa.Array.from_buffers(pa.binary(), n, buffers)
+        return pa.Array.from_buffers(pa.binary(), n, [bitmap, offsets_buffer, buffer])
+
+
+def _has_nulls(piece: tuple[int, int | None, np.ndarray | list[bytes | None] | None]) -> bool:
+    _, width, values = piece
+    return width == -1 or (width is None and None in values)  # type: ignore[operator]
+
+
+_ramps = np.arange(1, 1 << 16, dtype=np.int32)
+
+
+def _ramp(count: int) -> np.ndarray:
+    """1, 2, ..., count (a view of one cached array, grown when needed)."""
+    global _ramps
+    if count > len(_ramps):
+        _ramps = np.arange(1, 2 * count + 1, dtype=np.int32)
+    return _ramps[:count]
 
 
 class _Columns:
@@ -427,28 +448,38 @@ def decode_chunk(
 def _record_batch(
     columns: _Columns, offsets: np.ndarray, topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
-    micros = np.concatenate(columns.millis) * 1000
     n = len(offsets)
+    micros = pa.allocate_buffer(8 * n)
+    np.multiply(np.concatenate(columns.millis), 1000, out=np.frombuffer(micros, np.int64))
     arrays = [
         columns.keys.array(),
         columns.values.array(),
-        _repeated_string(topic, n),
-        _repeated_int32(partition, n),
+        _CONSTANTS.column(pa.string(), topic, n),
+        _CONSTANTS.column(pa.int32(), partition, n),
         pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
-        pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, pa.py_buffer(micros)]),
-        _repeated_int32(TIMESTAMP_TYPE_CREATE_TIME, n),
+        pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, micros]),
+        _CONSTANTS.column(pa.int32(), TIMESTAMP_TYPE_CREATE_TIME, n),
     ]
     if columns.headers is not None:
         arrays.append(pa.array(columns.headers, schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _repeated_int32(value: int, n: int) -> pa.Array:
-    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, np.int32))])
+class _ConstantColumns:
+    """Columns holding one value in every row (topic, partition, timestampType): built once
+    per value at the largest length asked for, then sliced (Arrow slices share the buffers)."""
+
+    def __init__(self) -> None:
+        self._built: dict[tuple[pa.DataType, object], pa.Array] = {}
+
+    def column(self, kind: pa.DataType, value: object, n: int) -> pa.Array:
+        built = self._built.get((kind, value))
+        if built is None or len(built) < n:
+            if len(self._built) > 64:  # a long-lived worker reading many topics
+                self._built.clear()
+            built = pa.repeat(pa.scalar(value, kind), max(n, 2 * len(built or ())))
+            self._built[(kind, value)] = built
+        return built.slice(0, n)
 
 
-def _repeated_string(text: str, n: int) -> pa.Array:
-    encoded = text.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(encoded)
-    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(encoded * n)]
-    return pa.Array.from_buffers(pa.string(), n, buffers)
+_CONSTANTS = _ConstantColumns()
