@@ -434,8 +434,9 @@ def decode_chunk(
             columns.add_parsed(bytes(view[position : position + h.batch_length]), h)
     if not columns.offsets:
         return DecodedChunk(None, next_offset)
-    offsets = np.concatenate(columns.offsets)
-    batch = _record_batch(columns, offsets, topic, partition, schema)
+    offsets_buffer = pa.allocate_buffer(8 * sum(len(piece) for piece in columns.offsets))
+    offsets = np.concatenate(columns.offsets, out=np.frombuffer(offsets_buffer, np.int64))
+    batch = _record_batch(columns, offsets_buffer, topic, partition, schema)
     if offsets[0] < start or offsets[-1] >= end:
         if (offsets[1:] > offsets[:-1]).all():  # as they should be: the rows are one slice
             low, high = np.searchsorted(offsets, (start, end))
@@ -446,17 +447,19 @@ def decode_chunk(
 
 
 def _record_batch(
-    columns: _Columns, offsets: np.ndarray, topic: str, partition: int, schema: pa.Schema
+    columns: _Columns, offsets: pa.Buffer, topic: str, partition: int, schema: pa.Schema
 ) -> pa.RecordBatch:
-    n = len(offsets)
+    n = offsets.size // 8
     micros = pa.allocate_buffer(8 * n)
-    np.multiply(np.concatenate(columns.millis), 1000, out=np.frombuffer(micros, np.int64))
+    timestamps = np.frombuffer(micros, np.int64)
+    np.concatenate(columns.millis, out=timestamps)
+    timestamps *= 1000
     arrays = [
         columns.keys.array(),
         columns.values.array(),
         _CONSTANTS.column(pa.string(), topic, n),
         _CONSTANTS.column(pa.int32(), partition, n),
-        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(offsets)]),
+        pa.Array.from_buffers(pa.int64(), n, [None, offsets]),
         pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, micros]),
         _CONSTANTS.column(pa.int32(), TIMESTAMP_TYPE_CREATE_TIME, n),
     ]
