@@ -168,16 +168,16 @@ def timed(df: DataFrame) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="3 timed runs of each query")
+    parser.add_argument("--quick", action="store_true", help="5 timed runs of each query")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--cores", type=int, default=2, help="Spark local[N]")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs (best counts)")
+    parser.add_argument("--runs", type=int, default=9, help="timed runs (best counts)")
     parser.add_argument(
         "--bootstrap", help="use this running cluster (topic spark-bench is kept) instead"
     )
     args = parser.parse_args()
-    runs = 3 if args.quick else args.runs
+    runs = 5 if args.quick else args.runs
     workdir = Path(tempfile.mkdtemp(prefix="laminar-spark-bench-"))
     cluster = None
     if not args.bootstrap:
