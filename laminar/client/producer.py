@@ -366,8 +366,8 @@ class Producer:
         assert accumulator is not None and cluster is not None
         now = asyncio.get_running_loop().time()
         in_time = now - batch.created < self.delivery_timeout
-        # A batch the node found corrupt was built right by this producer, so it was damaged on the
-        # wire (client frames leave batches to their own crc): sending it again can succeed.
+        # This producer built the batch whole, so a batch the node found corrupt was damaged on
+        # the wire (client frames leave batches to their own crc): sending it again can succeed.
         retriable = is_retriable(error) or isinstance(error, CorruptBatchError)
         if retriable and batch.attempts < self.retries and in_time:
             delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
