@@ -21,6 +21,7 @@ import uvloop
 
 from laminar.client import Admin, Cluster, TopicPartition
 from laminar.errors import (
+    CorruptBatchError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
@@ -65,6 +66,7 @@ class Fetched:
     data: memoryview
     high_watermark: int
     log_start: int
+    node: int | None  # the replica that served it (None: any node, before metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,7 @@ class _RangeFetcher:
                 raise error
             start = result.payloadOffset
             data = payload[start : start + result.payloadLength]
-            return Fetched(data, result.highWatermark, result.logStart)
+            return Fetched(data, result.highWatermark, result.logStart, node)
         raise ConnectionError(f"node {node} sent no fetch result for {tp.topic}/{tp.partition}")
 
     def _pick(self, now: float) -> int | None:
@@ -319,6 +321,8 @@ def read_range(
             loop.run_until_complete(asyncio.gather(old, return_exceptions=True))
         return loop.create_task(fetcher.fetch(offset))
 
+    corrupt_at: dict[int, set[int | None]] = {}  # offset -> replicas that sent a bad batch
+
     try:
         loop.run_until_complete(fetcher.start())
         top_up()
@@ -339,7 +343,12 @@ def read_range(
                 task = loop.create_task(fetcher.fetch(following)) if following < high else None
                 top_up()
                 loop.run_until_complete(asyncio.sleep(0))  # let the requests go out now
-                chunk = decode_chunk(got.data, part.topic, part.partition, offset, high, schema)
+                try:
+                    chunk = decode_chunk(got.data, part.topic, part.partition, offset, high, schema)
+                except CorruptBatchError as exc:  # damaged on the wire or on that replica's disk
+                    _note_corrupt(fetcher, part, offset, got.node, exc, corrupt_at, loop.time())
+                    task = replace(task, offset)
+                    continue
                 recycle(got.data)  # the chunk's arrays are its own: the frame can be reused
                 if chunk.next_offset <= offset:  # one batch is larger than the fetch size
                     _grow_fetch(fetcher, part, offset)
@@ -358,6 +367,34 @@ def read_range(
                 loop.run_until_complete(asyncio.gather(pending, return_exceptions=True))
         loop.run_until_complete(fetcher.close())
         loop.close()
+
+
+def _note_corrupt(
+    fetcher: _RangeFetcher,
+    part: LaminarInputPartition,
+    offset: int,
+    node: int | None,
+    error: CorruptBatchError,
+    corrupt_at: dict[int, set[int | None]],
+    now: float,
+) -> None:
+    """A fetch held a corrupt batch: fetch it again from another replica, unless every
+    replica has now sent it corrupt (then the data is bad everywhere: fail, naming it)."""
+    tried = corrupt_at.setdefault(offset, set())
+    tried.add(node)
+    if node is None or tried >= set(fetcher.order):
+        raise CorruptBatchError(
+            f"laminar source: {part.topic}/{part.partition} near offset {offset}: every replica "
+            f"tried ({sorted(n for n in tried if n is not None)}) sent a corrupt batch: {error}"
+        )
+    log.warning(
+        "corrupt batch, trying another replica",
+        partition=f"{part.topic}/{part.partition}",
+        offset=offset,
+        node=node,
+        error=str(error),
+    )
+    fetcher.benched[node] = now + BENCH_SECONDS
 
 
 def _skip_deleted(

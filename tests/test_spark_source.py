@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from laminar.errors import CorruptBatchError
 from spark_source.cluster_io import read_range, snapshot
 from spark_source.options import parse_options
 from spark_source.planning import LaminarInputPartition
@@ -282,3 +283,56 @@ def test_query_survives_a_partition_leader_being_killed(
         if query.isActive:
             query.stop()
         laminar_cluster.restart(victim)
+
+
+def _damage(node_dir: Path, topic: str, needle: bytes) -> bool:
+    """Flip one byte of a stored record in a replica's segment files (its crc now fails); the
+    node serves what it reads, so the damage reaches the reader. False if not stored yet."""
+    (directory,) = (node_dir / "partitions").glob(f"{topic}-0.*")
+    for path in sorted(directory.rglob("*.log")):
+        data = path.read_bytes()
+        at = data.find(needle)
+        if at >= 0:
+            with open(path, "r+b") as file:
+                file.seek(at)
+                file.write(bytes([data[at] ^ 0xFF]))
+            return True
+    return False
+
+
+def test_a_batch_corrupt_on_one_replica_is_read_from_another(
+    laminar_cluster: ClusterHandle,
+) -> None:
+    topic = "spark-corrupt"
+    create_topic(laminar_cluster.bootstrap, topic, 1)
+    records = _records("c", 1500, 1)
+    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    options = parse_options({"bootstrap": laminar_cluster.bootstrap, "subscribe": topic})
+    planned, _ = snapshot(options)
+    tp = (topic, 0)
+    part = LaminarInputPartition(0, topic, 0, 0, planned.latest[tp], planned.replicas[tp])
+    schema = arrow_schema(spark_schema(False))
+    leader, *followers = [replica.node_id for replica in planned.replicas[tp]]
+    assert _damage(laminar_cluster.nodes[leader].data_dir, topic, b"c-1234")
+
+    batches = list(read_range(part, options, schema))
+
+    rows = [
+        (offset, value)
+        for batch in batches
+        for offset, value in zip(
+            batch["offset"].to_pylist(), batch["value"].to_pylist(), strict=True
+        )
+    ]
+    assert [offset for offset, _ in rows] == sorted(offset for _, offset in acked)  # each once
+    assert {(0, offset): value for offset, value in rows} == acked  # as the followers hold it
+    deadline = time.monotonic() + 30  # the third replica may still be catching up
+    pending = set(followers)
+    while pending:
+        pending = {
+            n for n in pending if not _damage(laminar_cluster.nodes[n].data_dir, topic, b"c-1234")
+        }
+        assert time.monotonic() < deadline, f"replicas {pending} never stored the record"
+        time.sleep(0.2)
+    with pytest.raises(CorruptBatchError, match=r"every replica tried .* sent a corrupt batch"):
+        list(read_range(part, options, schema))
