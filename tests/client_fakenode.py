@@ -104,6 +104,8 @@ class Faults:
     """Close the connection instead of answering this many produce requests (after writing)."""
     produce_delay: float = 0.0
     fetch_errors: dict[tuple[str, int], deque[LaminarError]] = field(default_factory=dict)
+    damage_fetches: int = 0
+    """Flip a byte in the payload of this many fetch responses (damage on the wire)."""
 
 
 class FakeCluster:
@@ -330,6 +332,9 @@ class FakeNode:
             slot.highWatermark = part.end
             slot.logStart = part.start
             data = part.read(ask.offset, ask.maxBytes) if ask.offset < part.end else b""
+            if data and cluster.faults.damage_fetches:
+                cluster.faults.damage_fetches -= 1
+                data = data[:-1] + bytes([data[-1] ^ 0xFF])
             slot.payloadOffset = position
             slot.payloadLength = len(data)
             chunks.append(data)

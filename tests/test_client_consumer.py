@@ -204,6 +204,17 @@ async def test_corrupt_batch_is_reported(fake: FakeCluster) -> None:
             await drain(consumer, 1)
 
 
+async def test_a_batch_damaged_on_the_wire_is_fetched_again(fake: FakeCluster) -> None:
+    put(fake, T0, [b"a", b"b", b"c"])
+    fake.faults.damage_fetches = 1
+    async with Consumer(fake.bootstrap, auto_offset_reset="earliest") as consumer:
+        await consumer.assign([T0])
+        records = await drain(consumer, 3)
+    assert [r.value for r in records] == [b"a", b"b", b"c"]
+    assert fake.faults.damage_fetches == 0
+    assert len([r for _, r in fake.fetch_requests if ("t", 0, 0) in r]) >= 2
+
+
 async def test_fetch_batches_low_level(fake: FakeCluster) -> None:
     put(fake, T1, [b"a", b"b"])
     fake.partition(*T1).append(control_batch(1, b"", 0))

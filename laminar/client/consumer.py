@@ -65,6 +65,7 @@ class Consumer:
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._log_starts: dict[TopicPartition, int] = {}
         self._seeked: set[TopicPartition] = set()
+        self._corrupt_at: dict[TopicPartition, int] = {}  # offset of a corrupt fetch, if any
         self._fetches: dict[int, asyncio.Task[None]] = {}
         self._arrived = asyncio.Event()
         self._backoff_until: dict[TopicPartition, float] = {}
@@ -348,9 +349,15 @@ class Consumer:
         data = payload[start : start + result.payloadLength]
         try:
             records, next_offset = self._decode(tp, offset, data)
-        except LaminarError as exc:  # a corrupt batch: stop here, the user must decide
+        except LaminarError as exc:
+            if self._corrupt_at.get(tp) != offset:  # maybe damaged on the wire: fetch it again
+                self._corrupt_at[tp] = offset
+                self._refresh_later(tp)
+                return
+            # corrupt twice: stored that way, so stop here and let the user decide
             self._error = type(exc)(f"{tp.topic}/{tp.partition} near offset {offset}: {exc}")
             return
+        self._corrupt_at.pop(tp, None)
         if records:
             self._buffers[tp] = deque(records)
         self._fetch_offsets[tp] = next_offset
