@@ -99,7 +99,7 @@ class MetadataState:
                 assignment.leader = command["leader"]
                 assignment.leader_term = command["term"]
             return assignment
-        if op in ("start_move", "finish_move"):
+        if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command)
         if op == "drain_node":
             if command["node_id"] not in self.nodes:
@@ -109,7 +109,8 @@ class MetadataState:
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _move(self, op: str, command: dict[str, Any]) -> PartitionAssignment | None:
-        """Moves replace one replica: start (the new one catches up), then finish."""
+        """Moves replace one replica: start (the new one catches up), then finish; or abort
+        (the target died on the way: the replicas stay as they were)."""
         topic = self.topic_by_id(command["topic_id"])
         if topic is None or command["partition"] >= len(topic.partitions):
             return None
@@ -124,7 +125,8 @@ class MetadataState:
         else:
             if (assignment.adding, assignment.removing) != (target, source):
                 return None
-            assignment.replicas = [target if r == source else r for r in assignment.replicas]
+            if op == "finish_move":
+                assignment.replicas = [target if r == source else r for r in assignment.replicas]
             assignment.adding = assignment.removing = 0
         return assignment
 

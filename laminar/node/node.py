@@ -222,7 +222,10 @@ class Node:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
                 self._open_partition(topic, command["partition"], index)
-        elif op == "finish_move" and result is not None and command["from"] == self.node_id:
+        elif result is not None and (
+            (op == "finish_move" and command["from"] == self.node_id)
+            or (op == "abort_move" and command["to"] == self.node_id)
+        ):
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
                 replica = self.runtime.remove(group_id(topic.topic_id, command["partition"]))

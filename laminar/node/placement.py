@@ -17,7 +17,7 @@ import structlog
 from laminar.errors import LaminarError
 from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent
 from laminar.node.metadata import group_id
-from laminar.node.rebalance import Move, advance_move, plan_moves
+from laminar.node.rebalance import Move, advance_move, move_done, plan_moves, undo_move
 from laminar.raft import ConfChange, ConfChangeType
 
 if TYPE_CHECKING:
@@ -85,13 +85,21 @@ class Placement:
                     self._prefer_leader(replica, assignment.replicas[0], live)
 
     def _advance(self, replica: Replica, move: Move) -> None:
+        raft = replica.raft
+        abandon = move.target in self.gone() and not move_done(raft, move.source, move.target)
         try:
-            done = advance_move(replica.raft, move.source, move.target)
+            if abandon:  # the target died mid-move: undo it, and plan_moves will pick another
+                done = undo_move(raft, move.target)
+            else:
+                done = advance_move(raft, move.source, move.target)
         except LaminarError as exc:
             log.debug("move step deferred", move=move, reason=str(exc))
             return
         self.node.runtime.wake(replica)
-        if done:
+        if done and abandon:
+            log.info("replica move abandoned, its target is gone", move=move)
+            self._propose(move.command("abort_move"))
+        elif done:
             log.info("replica move complete", move=move)
             self._propose(move.command("finish_move"))
 

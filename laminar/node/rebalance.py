@@ -47,7 +47,9 @@ def plan_moves(
         for index, assignment in enumerate(topic.partitions)
     ]
     budget = max_concurrent - sum(1 for *_, a in partitions if a.moving)
-    eligible = sorted(n for n in live if n in state.nodes and n not in state.draining)
+    # (gossip may call a gone node suspect again for a moment: gone wins)
+    leaving = gone | state.draining
+    eligible = sorted(n for n in live if n in state.nodes and n not in leaving)
     if budget <= 0 or not eligible:
         return []
     counts = {n: 0 for n in eligible}
@@ -55,7 +57,6 @@ def plan_moves(
         for node in (*assignment.replicas, assignment.adding):
             if node in counts:
                 counts[node] += 1
-    leaving = gone | state.draining
     moves: list[Move] = []
     busy: set[tuple[int, int]] = set()
 
@@ -103,14 +104,18 @@ def plan_moves(
     return moves
 
 
-def advance_move(raft: RaftNode, source: int, target: int) -> bool:
-    """Take the next Raft step of a move on the partition's leader; True once it is done
-    (the target is a voter and the source is gone, in the committed configuration)."""
+def move_done(raft: RaftNode, source: int, target: int) -> bool:
+    """The committed configuration has the target as a voter and no longer the source."""
     committed = raft.committed_conf
-    if target in committed.voters and source not in (*committed.voters, *committed.learners):
+    return target in committed.voters and source not in (*committed.voters, *committed.learners)
+
+
+def advance_move(raft: RaftNode, source: int, target: int) -> bool:
+    """Take the next Raft step of a move on the partition's leader; True once it is done."""
+    if move_done(raft, source, target):
         return True
     conf = raft.conf
-    if not conf.same_members(committed):
+    if not conf.same_members(raft.committed_conf):
         return False  # one change at a time: wait for the pending one to commit
     if target not in conf.voters and target not in conf.learners:
         raft.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, target))
@@ -122,4 +127,16 @@ def advance_move(raft: RaftNode, source: int, target: int) -> bool:
         raft.transfer_leader(target)  # a leader cannot remove itself; the new one will
     else:
         raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, source))
+    return False
+
+
+def undo_move(raft: RaftNode, target: int) -> bool:
+    """Take the next Raft step of abandoning a move whose target is gone (called only while the
+    move is not done, so the source is still a member); True once the target is out of the
+    committed configuration and the partition has its replicas of before the move."""
+    committed = raft.committed_conf
+    if target not in (*committed.voters, *committed.learners):
+        return True
+    if raft.conf.same_members(committed):  # one change at a time
+        raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, target))
     return False

@@ -1,0 +1,88 @@
+"""Replica moves: planning (which moves start) and the Raft steps that carry one out or, when
+its target dies on the way, undo it. The Raft groups are in-memory (tests/raft_harness.py)."""
+
+from __future__ import annotations
+
+from laminar.node.metadata import MetadataState
+from laminar.node.rebalance import advance_move, move_done, plan_moves, undo_move
+from laminar.raft import ConfState, Role
+from tests.raft_harness import Net
+
+SETTINGS = {
+    "partitions": 6,
+    "replication_factor": 3,
+    "segment_bytes": 1 << 20,
+    "segment_ms": 1000,
+    "retention_ms": None,
+    "retention_bytes": None,
+}
+
+
+def state_with(nodes: list[int], replicas: list[list[int]]) -> MetadataState:
+    state = MetadataState()
+    for node in nodes:
+        node_info = {"node_id": node, "client_address": "", "peer_address": ""}
+        state.apply({"op": "register_node", **node_info})
+    state.apply({"op": "create_topic", "name": "t", "settings": SETTINGS, "replicas": replicas})
+    return state
+
+
+def test_a_gone_node_is_never_a_move_target_even_if_gossip_calls_it_live() -> None:
+    # Node 4 holds nothing, so evening out would fill it; but it has been dead for longer than
+    # node_dead_after, and a stale suspect state in gossip must not make it a target again.
+    state = state_with([1, 2, 3, 4], [[1, 2, 3]] * 6)
+    assert plan_moves(state, live={1, 2, 3, 4}, gone={4}, max_concurrent=4) == []
+    moves = plan_moves(state, live={1, 2, 3, 4}, gone=set(), max_concurrent=4)
+    assert moves and all(move.target == 4 for move in moves)
+
+
+def test_abort_move_keeps_the_replicas_and_clears_the_move() -> None:
+    state = state_with([1, 2, 3, 4], [[1, 2, 3]] * 6)
+    move = {"topic_id": 1, "partition": 0, "from": 2, "to": 4}
+    assert state.apply({"op": "start_move", **move}) is not None
+    assert state.apply({"op": "abort_move", **move, "to": 3}) is None  # not this move
+    assert state.apply({"op": "abort_move", **move}) is not None
+    assignment = state.topics["t"].partitions[0]
+    assert assignment.replicas == [1, 2, 3] and not assignment.moving
+
+
+def group() -> Net:
+    net = Net([1, 2, 3], election_tick=10)
+    net.elect(1)
+    assert net[1].role == Role.LEADER
+    return net
+
+
+def settle(net: Net) -> None:
+    net.deliver()
+    for _ in range(20):  # let heartbeats carry the commit index
+        net.tick_all()
+
+
+def test_a_move_to_a_learner_that_died_is_undone() -> None:
+    net = group()
+    assert not advance_move(net[1], 2, 4)  # adds node 4 as a learner; node 4 never answers
+    settle(net)
+    assert 4 in net[1].committed_conf.learners
+    assert not advance_move(net[1], 2, 4)  # never caught up: no promotion
+    assert not undo_move(net[1], 4)  # proposes removing the learner
+    settle(net)
+    assert undo_move(net[1], 4)
+    committed = net[1].committed_conf
+    assert committed.voters == (1, 2, 3) and committed.learners == ()
+
+
+def test_a_move_to_a_voter_that_died_is_undone_with_the_source_still_there() -> None:
+    net = group()
+    advance_move(net[1], 2, 4)
+    net.start(4, ConfState(()))
+    settle(net)
+    while 4 not in net[1].committed_conf.voters:  # caught up: promoted
+        assert not advance_move(net[1], 2, 4)
+        settle(net)
+    assert not move_done(net[1], 2, 4)  # the source has not been removed yet
+    net.isolate(4)  # the target dies
+    assert not undo_move(net[1], 4)
+    settle(net)  # 3 of the 4 voters commit its removal
+    assert undo_move(net[1], 4)
+    assert net[1].committed_conf.voters == (1, 2, 3)
