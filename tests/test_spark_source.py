@@ -55,6 +55,14 @@ def _acked(
     }
 
 
+def _produced(
+    cluster: ClusterHandle, topic: str, prefix: str, count: int, partitions: int
+) -> dict[tuple[int, int], bytes]:
+    """Produce ``count`` records over the partitions; (partition, offset) -> value, as acked."""
+    records = _records(prefix, count, partitions)
+    return _acked(records, produce(cluster.bootstrap, topic, records))
+
+
 def _reader(session: SparkSession, cluster: ClusterHandle, topic: str, **options: str) -> DataFrame:
     reader = session.read if options.pop("batch", "") else session.readStream
     reader = reader.format("laminar").option("bootstrap", cluster.bootstrap)
@@ -93,8 +101,7 @@ def retained_topic(laminar_cluster: ClusterHandle) -> dict[tuple[int, int], byte
     create_topic(laminar_cluster.bootstrap, RETAINED, 1, segment_bytes=2048, retention_ms=1000)
     acked: dict[tuple[int, int], bytes] = {}
     for round_ in range(12):
-        records = _records(f"r{round_}", 15, 1)
-        acked.update(_acked(records, produce(laminar_cluster.bootstrap, RETAINED, records)))
+        acked.update(_produced(laminar_cluster, RETAINED, f"r{round_}", 15, 1))
     return acked
 
 
@@ -103,8 +110,7 @@ def test_batch_read_of_exact_offset_ranges(
 ) -> None:
     topic = "spark-batch"
     create_topic(laminar_cluster.bootstrap, topic, 3)
-    records = _records("b", 300, 3)
-    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    acked = _produced(laminar_cluster, topic, "b", 300, 3)
     by_partition = {p: sorted(o for q, o in acked if q == p) for p in range(3)}
     start = {0: by_partition[0][10], 1: -2, 2: by_partition[2][95]}
     end = {0: by_partition[0][20], 1: by_partition[1][5], 2: -1}
@@ -155,8 +161,7 @@ def test_available_now_with_max_offsets_per_trigger_caps_every_batch(
 ) -> None:
     topic = "spark-capped"
     create_topic(laminar_cluster.bootstrap, topic, 2)
-    records = _records("c", 1000, 2)
-    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    acked = _produced(laminar_cluster, topic, "c", 1000, 2)
     df = _reader(
         spark, laminar_cluster, topic, startingOffsets="earliest", maxOffsetsPerTrigger="150"
     )
@@ -177,14 +182,12 @@ def test_restart_from_checkpoint_reads_every_record_exactly_once(
 ) -> None:
     topic = "spark-restart"
     create_topic(laminar_cluster.bootstrap, topic, 3)
-    first = _records("first", 300, 3)
-    acked = _acked(first, produce(laminar_cluster.bootstrap, topic, first))
+    acked = _produced(laminar_cluster, topic, "first", 300, 3)
     checkpoint, output = tmp_path / "checkpoint", tmp_path / "out"
     df = _reader(spark, laminar_cluster, topic, startingOffsets="earliest")
     _run_available_now(df, checkpoint, sink="parquet", path=output)
     assert spark.read.parquet(str(output)).count() == 300
-    second = _records("second", 300, 3)
-    acked.update(_acked(second, produce(laminar_cluster.bootstrap, topic, second)))
+    acked.update(_produced(laminar_cluster, topic, "second", 300, 3))
     # Restarted with the same checkpoint; startingOffsets no longer applies (checkpoint wins).
     again = _reader(spark, laminar_cluster, topic, startingOffsets="earliest")
     _run_available_now(again, checkpoint, sink="parquet", path=output)
@@ -240,8 +243,7 @@ def test_query_survives_a_partition_leader_being_killed(
 ) -> None:
     topic = "spark-failover"
     create_topic(laminar_cluster.bootstrap, topic, 2)
-    records = _records("f", 1500, 2)
-    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    acked = _produced(laminar_cluster, topic, "f", 1500, 2)
     df = _reader(
         spark, laminar_cluster, topic, startingOffsets="earliest", maxOffsetsPerTrigger="100"
     )
@@ -305,8 +307,7 @@ def test_a_batch_corrupt_on_one_replica_is_read_from_another(
 ) -> None:
     topic = "spark-corrupt"
     create_topic(laminar_cluster.bootstrap, topic, 1)
-    records = _records("c", 1500, 1)
-    acked = _acked(records, produce(laminar_cluster.bootstrap, topic, records))
+    acked = _produced(laminar_cluster, topic, "c", 1500, 1)
     options = parse_options({"bootstrap": laminar_cluster.bootstrap, "subscribe": topic})
     planned, _ = snapshot(options)
     tp = (topic, 0)
