@@ -108,13 +108,11 @@ class MetadataService:
             return command
         validate_topic_name(command["name"])
         settings = TopicSettings(**command["settings"])
-        load: dict[int, int] = {}
-        for topic in self.node.state.topics.values():
-            for assignment in topic.partitions:
-                for node in assignment.replicas:
-                    load[node] = load.get(node, 0) + 1
         replicas = place_replicas(
-            settings.partitions, settings.replication_factor, self.node.live_nodes(), load
+            settings.partitions,
+            settings.replication_factor,
+            self.node.live_nodes(),
+            self.node.state.replica_counts(),
         )
         return {**command, "replicas": replicas}
 

@@ -8,10 +8,10 @@ restarted replica learns the commit again from its leader.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from laminar.raft import ConfState, HardState
+from laminar.segment.fileio import write_atomic
 
 STATE_FILE = "raft-state.json"
 
@@ -37,21 +37,4 @@ def save_state(directory: Path, hard: HardState, conf: ConfState) -> None:
         "learners": list(conf.learners),
         "conf_index": conf.index,
     }
-    write_durably(directory / STATE_FILE, json.dumps(document).encode())
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    """Replace ``path`` atomically and durably: temp file, fsync, rename, fsync directory."""
-    temp = path.with_name(path.name + ".tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(directory / STATE_FILE, json.dumps(document).encode())

@@ -27,7 +27,7 @@ CRC_START = 24
 MIN_RECORD_SIZE = 7
 
 _HEADER = struct.Struct("<qqiIBBHiqqqhHii")
-_STAMP = struct.Struct("<qq")
+STAMP = struct.Struct("<qq")  # base_offset, term: the 16 bytes a leader stamps
 _LENGTH = struct.Struct("<qqi")  # base_offset, term, batch_length
 _CRC = struct.Struct("<I")
 _TAIL = struct.Struct("<BBHiqqqhHii")  # bytes 24..67, written after the records
@@ -245,7 +245,7 @@ def _explain(f: tuple[int, ...], n: int) -> None:
 
 def stamp(buf: bytearray | memoryview, base_offset: int, term: int) -> None:
     """Write base_offset and term in place; they sit outside the crc so it stays valid."""
-    _STAMP.pack_into(buf, 0, base_offset, term)
+    STAMP.pack_into(buf, 0, base_offset, term)
 
 
 def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:

@@ -30,6 +30,7 @@ from laminar.errors import CorruptLogError, InvalidRequestError, OffsetOutOfRang
 from laminar.segment.batch import (
     CRC_START,
     HEADER_SIZE,
+    STAMP,
     BatchHeader,
     check_batch,
 )
@@ -46,7 +47,6 @@ _NO_LIMIT = 1 << 63
 LOCK_NAME = ".lock"
 MAX_OPEN_SEALED = 8  # sealed segments per log that keep their data file open
 _LENGTH_CRC = struct.Struct("<iI")
-_STAMP = struct.Struct("<qq")  # base_offset, term: the bytes the leader stamps
 
 
 @dataclass
@@ -224,7 +224,7 @@ class PartitionLog:
             mv = mv.cast("B")
         f = check_batch(mv, self.config.max_batch_bytes)
         base = self._end
-        return self._write(_STAMP.pack(base, term), mv[16:], f, base, term, now_ms)
+        return self._write(STAMP.pack(base, term), mv[16:], f, base, term, now_ms)
 
     def append_stamped(
         self, batch: bytes | bytearray | memoryview, *, now_ms: int | None = None
