@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from laminar.errors import CorruptBatchError
+from laminar.segment import varint
 from laminar.segment.batch import (
     HEADER_SIZE,
     MIN_RECORD_SIZE,
@@ -110,38 +111,26 @@ class _Layout(NamedTuple):
         return True
 
 
-def _varint(buf: memoryview, p: int) -> tuple[int, int]:
-    """A zigzag varint at p -> (value, next position); raises IndexError past the end."""
-    result = 0
-    for shift in range(0, 70, 7):
-        b = buf[p]
-        p += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), p
-    raise CorruptBatchError(f"varint longer than 10 bytes at byte {p}")
-
-
 def _layout(buf: memoryview, p: int, limit: int) -> _Layout | None:
     """The layout of the record at p, if it can head a run: no headers, sane lengths. None
     otherwise (the record parser then decodes the batch, and names any defect)."""
     try:
-        length, q = _varint(buf, p)
+        length, q = varint.decode(buf, p, limit)
         size = q - p + length
         if length < MIN_RECORD_SIZE - 1 or p + size > limit:
             return None
         length_end = q - p
         timestamp_at = length_end + 1  # after the attributes byte (not interpreted)
-        _, q = _varint(buf, p + timestamp_at)
+        _, q = varint.decode(buf, p + timestamp_at, limit)
         offset_at = q - p
-        offset_delta, q = _varint(buf, q)
+        offset_delta, q = varint.decode(buf, q, limit)
         offset_end = q - p
-        key_length, q = _varint(buf, q)
+        key_length, q = varint.decode(buf, q, limit)
         key_at = q - p
         key_end = key_at + max(key_length, 0)
-        value_length, q = _varint(buf, p + key_end)
+        value_length, q = varint.decode(buf, p + key_end, limit)
         value_at = q - p
-    except (IndexError, CorruptBatchError):
+    except CorruptBatchError:  # a varint runs past the batch or is too long
         return None
     if key_length < -1 or value_length < -1 or value_at + max(value_length, 0) != size - 1:
         return None
