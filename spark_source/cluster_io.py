@@ -13,13 +13,13 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import structlog
 import uvloop
 
 from laminar.client import Admin, Cluster, TopicPartition
+from laminar.client.consumer import fetch_partition
 from laminar.errors import (
     CorruptBatchError,
     NotEnoughReplicasError,
@@ -29,7 +29,6 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
-from laminar.protocol import read_error
 from laminar.transport import recycle
 from spark_source.decode import decode_chunk, offset_after
 from spark_source.options import EARLIEST, LATEST, SourceOptions
@@ -183,37 +182,17 @@ class _RangeFetcher:
         """One fetch request to one replica; the batches stay a view into the reply frame."""
         cluster = self.cluster
         connection = await (cluster.connection(node) if node else cluster.any_connection())
-        tp = self.tp
-
-        def fill(body: Any) -> None:
-            fetch = body.init("fetch")
-            fetch.maxWaitMs = wait_ms
-            fetch.maxBytes = max_bytes
-            wanted = fetch.init("partitions", 1)[0]
-            wanted.topic = tp.topic
-            wanted.partition = tp.partition
-            wanted.offset = offset
-            wanted.maxBytes = max_bytes
-
+        timeout = cluster.request_timeout + wait_ms / 1000
         try:
-            reply, payload = await connection.request(
-                fill, timeout=cluster.request_timeout + wait_ms / 1000
-            )
+            got = await fetch_partition(connection, self.tp, offset, max_bytes, wait_ms, timeout)
         except ConnectionError:
             cluster.drop_connection(connection.address)
             raise
-        for result in reply.body.fetch.results:
-            if (result.topic, result.partition) != tp:
-                continue
-            error = read_error(result.error)
-            if isinstance(error, OffsetOutOfRangeError):
-                raise OffsetOutOfRangeError(offset, error.start, error.end)
-            if error is not None:
-                raise error
-            start = result.payloadOffset
-            data = payload[start : start + result.payloadLength]
-            return Fetched(data, result.highWatermark, result.logStart, node)
-        raise ConnectionError(f"node {node} sent no fetch result for {tp.topic}/{tp.partition}")
+        if got is None:
+            raise ConnectionError(
+                f"node {node} sent no fetch result for {self.tp.topic}/{self.tp.partition}"
+            )
+        return Fetched(*got, node)
 
     def _pick(self, now: float) -> int | None:
         """The first replica (leader first) not benched by a recent failure; if all are, the

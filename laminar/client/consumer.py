@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from laminar.client.cluster import Cluster
-from laminar.client.connection import is_retriable
+from laminar.client.connection import Connection, is_retriable
 from laminar.client.decoding import decode_consumer_records
 from laminar.client.offsets import list_offsets, target_node
 from laminar.client.retry import retrying
@@ -465,26 +465,51 @@ class Consumer:
 
         async def attempt() -> FetchedBatches:
             node = node_id if node_id is not None else target_node(cluster, tp)
-            reply, payload = await self._fetch_request(
-                node,
-                [(tp, offset)],
-                max_wait_ms=max_wait_ms,
-                partition_max_bytes=max_bytes,
-                fetch_max_bytes=max_bytes,
-            )
-            for result in reply.body.fetch.results:
-                if (result.topic, result.partition) != tp:
-                    continue
-                error = read_error(result.error)
-                if error is not None:
-                    if isinstance(error, OffsetOutOfRangeError):
-                        raise OffsetOutOfRangeError(offset, error.start, error.end)
-                    raise error
-                start = result.payloadOffset
-                data = bytes(payload[start : start + result.payloadLength])
-                return FetchedBatches(data, result.highWatermark, result.logStart)
-            raise LaminarError(f"node {node} sent no fetch result for {tp}")
+            connection = await cluster.connection(node)
+            timeout = self.request_timeout + max_wait_ms / 1000
+            got = await fetch_partition(connection, tp, offset, max_bytes, max_wait_ms, timeout)
+            if got is None:
+                raise LaminarError(f"node {node} sent no fetch result for {tp}")
+            data, high_watermark, log_start = got
+            return FetchedBatches(bytes(data), high_watermark, log_start)
 
         if node_id is not None:
             return await attempt()
         return await retrying(cluster, attempt)
+
+
+async def fetch_partition(
+    connection: Connection,
+    tp: TopicPartition,
+    offset: int,
+    max_bytes: int,
+    max_wait_ms: int,
+    timeout: float,
+) -> tuple[memoryview, int, int] | None:
+    """One fetch of one partition from one node: (whole batches, as a view into the reply
+    frame, high watermark, log start), or None if the node sent no result for it. Raises the
+    node's typed error; an OffsetOutOfRangeError names the offset asked for."""
+
+    def fill(body: Any) -> None:
+        request = body.init("fetch")
+        request.maxWaitMs = max_wait_ms
+        request.minBytes = 1
+        request.maxBytes = max_bytes
+        wanted = request.init("partitions", 1)[0]
+        wanted.topic = tp.topic
+        wanted.partition = tp.partition
+        wanted.offset = offset
+        wanted.maxBytes = max_bytes
+
+    reply, payload = await connection.request(fill, timeout=timeout)
+    for result in reply.body.fetch.results:
+        if (result.topic, result.partition) != tp:
+            continue
+        error = read_error(result.error)
+        if isinstance(error, OffsetOutOfRangeError):
+            raise OffsetOutOfRangeError(offset, error.start, error.end)
+        if error is not None:
+            raise error
+        start = result.payloadOffset
+        return payload[start : start + result.payloadLength], result.highWatermark, result.logStart
+    return None
