@@ -191,9 +191,7 @@ class Producer:
         self, topic: str
     ) -> tuple[TopicDescription, tuple[TopicPartition, ...]]:
         """The topic's description and one TopicPartition per partition, reused per record."""
-        description = self._topics.get(topic)
-        if description is None:
-            description = await self._load_topic(topic)
+        description = await self._load_topic(topic)
         tps = tuple(TopicPartition(topic, i) for i in range(len(description.partitions)))
         cached = self._partition_cache[topic] = (description, tps)
         return cached
@@ -234,7 +232,7 @@ class Producer:
             await asyncio.gather(*waiting)
 
     async def partitions_for(self, topic: str) -> list[int]:
-        description = self._topics.get(topic) or await self._load_topic(topic)
+        description = await self._load_topic(topic)
         return [p.partition for p in description.partitions]
 
     @property
@@ -243,6 +241,7 @@ class Producer:
         return self._cluster.metadata.topics
 
     async def _load_topic(self, topic: str) -> TopicDescription:
+        """The topic's description: the known one, or fetched until it appears."""
         assert self._cluster is not None
         return await self._cluster.wait_for_topic(topic, self.metadata_timeout)
 

@@ -67,10 +67,10 @@ class Placement:
     def step(self) -> None:
         node = self.node
         assert node.metadata is not None
-        live = self.live()
+        live, gone = self.live(), self.gone()
         if node.metadata.is_leader:
             self._admit_metadata_learners()
-            for move in plan_moves(node.state, live, self.gone(), node.config.max_concurrent_moves):
+            for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
         for topic in list(node.state.topics.values()):
@@ -80,13 +80,13 @@ class Placement:
                     continue
                 if assignment.moving:
                     move = Move(topic.topic_id, index, assignment.removing, assignment.adding)
-                    self._advance(replica, move)
+                    self._advance(replica, move, gone)
                 else:
                     self._prefer_leader(replica, assignment.replicas[0], live)
 
-    def _advance(self, replica: Replica, move: Move) -> None:
+    def _advance(self, replica: Replica, move: Move, gone: set[int]) -> None:
         raft = replica.raft
-        abandon = move.target in self.gone() and not move_done(raft, move.source, move.target)
+        abandon = move.target in gone and not move_done(raft, move.source, move.target)
         try:
             if abandon:  # the target died mid-move: undo it, and plan_moves will pick another
                 done = undo_move(raft, move.target)
