@@ -22,12 +22,8 @@ from typing import Any
 import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from cluster_fixture import free_port_pairs
-
 from laminar.client import Admin, Consumer, Producer, TopicPartition
-from laminar.client.localcluster import LocalCluster
+from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.segment.batch import build_batch, decode_records
 
 VALUE = b"x" * 100

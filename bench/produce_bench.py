@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -30,22 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.connection import Connection
-from laminar.client.localcluster import LocalCluster
+from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.protocol import read_error
 from laminar.segment.batch import build_batch
 
 RECORD = b"x" * 100
 TOPIC = "bench"
-
-
-def free_ports(count: int) -> list[tuple[int, int]]:
-    sockets = [socket.socket() for _ in range(count * 2)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return [(ports[2 * i], ports[2 * i + 1]) for i in range(count)]
 
 
 async def lean_produce(
@@ -200,7 +189,7 @@ def fsync_baseline(directory: Path, megabytes: int) -> float:
 async def run_cluster(
     root: Path, nodes: int, rf: int, seconds: float, args: argparse.Namespace
 ) -> dict[str, Any]:
-    cluster = LocalCluster(root, free_ports(nodes), log_level="warning")
+    cluster = LocalCluster(root, free_port_pairs(nodes), log_level="warning")
     cluster.start()
     try:
         await cluster.wait_ready(60)

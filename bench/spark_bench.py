@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition 
 from pyspark.sql.types import StructType  # noqa: E402
 
 from laminar.client import Admin, Producer  # noqa: E402
-from laminar.client.localcluster import LocalCluster  # noqa: E402
+from laminar.client.localcluster import LocalCluster, free_port_pairs  # noqa: E402
 from spark_source.options import DEFAULT_FETCH_BYTES  # noqa: E402
 from spark_source.schema import arrow_schema, spark_schema  # noqa: E402
 
@@ -88,30 +87,6 @@ class CeilingReader(DataSourceReader):
         while left > 0:
             yield batch if left >= n else batch.slice(0, left)
             left -= n
-
-
-def free_ports(count: int) -> list[tuple[int, int]]:
-    """(client port, peer port) pairs; the peer port is also free for UDP (gossip)."""
-    pairs: list[tuple[int, int]] = []
-    held: list[socket.socket] = []
-    try:
-        while len(pairs) < count:
-            client = socket.socket()
-            client.bind(("127.0.0.1", 0))
-            peer = socket.socket()
-            peer.bind(("127.0.0.1", 0))
-            held += [client, peer]
-            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            try:
-                udp.bind(("127.0.0.1", peer.getsockname()[1]))
-            except OSError:
-                continue
-            held.append(udp)
-            pairs.append((client.getsockname()[1], peer.getsockname()[1]))
-    finally:
-        for sock in held:
-            sock.close()
-    return pairs
 
 
 async def fill_topic(bootstrap: str, records: int, partitions: int) -> bool:
@@ -181,7 +156,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="laminar-spark-bench-"))
     cluster = None
     if not args.bootstrap:
-        cluster = LocalCluster(workdir / "cluster", free_ports(3), log_level="warning")
+        cluster = LocalCluster(workdir / "cluster", free_port_pairs(3), log_level="warning")
     produce_s = None
     try:
         if cluster is not None:

@@ -17,45 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 from laminar.client.descriptions import ClusterStatus
-from laminar.client.localcluster import LocalCluster, LocalNode
+from laminar.client.localcluster import LocalCluster, LocalNode, free_port_pairs
 
 T = TypeVar("T")
 
 READY_TIMEOUT = 60.0
-
-
-def free_port_pairs(count: int) -> list[tuple[int, int]]:
-    """(client port, peer port) per node; the peer port is free for both TCP and UDP."""
-    pairs: list[tuple[int, int]] = []
-    held: list[socket.socket] = []
-    try:
-        while len(pairs) < count:
-            client = _bind(socket.SOCK_STREAM, 0)
-            held.append(client)
-            peer = _bind(socket.SOCK_STREAM, 0)
-            held.append(peer)
-            peer_port = peer.getsockname()[1]
-            try:
-                held.append(_bind(socket.SOCK_DGRAM, peer_port))
-            except OSError:
-                continue  # UDP side taken: draw again (the held sockets keep the ports apart)
-            pairs.append((client.getsockname()[1], peer_port))
-    finally:
-        for sock in held:
-            sock.close()
-    return pairs
-
-
-def _bind(kind: int, port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, kind)
-    sock.bind(("127.0.0.1", port))
-    return sock
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:

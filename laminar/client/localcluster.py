@@ -35,6 +35,34 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def free_port_pairs(count: int) -> list[tuple[int, int]]:
+    """(client port, peer port) per node; the peer port is free for both TCP and UDP."""
+    pairs: list[tuple[int, int]] = []
+    held: list[socket.socket] = []
+    try:
+        while len(pairs) < count:
+            client = _bind(socket.SOCK_STREAM, 0)
+            held.append(client)
+            peer = _bind(socket.SOCK_STREAM, 0)
+            held.append(peer)
+            peer_port = peer.getsockname()[1]
+            try:
+                held.append(_bind(socket.SOCK_DGRAM, peer_port))
+            except OSError:
+                continue  # UDP side taken: draw again (the held sockets keep the ports apart)
+            pairs.append((client.getsockname()[1], peer_port))
+    finally:
+        for sock in held:
+            sock.close()
+    return pairs
+
+
+def _bind(kind: int, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, kind)
+    sock.bind(("127.0.0.1", port))
+    return sock
+
+
 @dataclass
 class LocalNode:
     node_id: int
