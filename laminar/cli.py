@@ -791,7 +791,14 @@ async def _consume(
                         f"[{starts[tp]}, {ends[tp]}]"
                     )
                 await consumer.seek(tp, where)
-        ends = {} if follow else await list_offsets(consumer.cluster, tps, LATEST)
+        if follow:
+            ends = {}
+            # Like kcat's "% Reached end" notes: on stderr, so scripts (and tests) can tell
+            # that records produced from now on will be printed.
+            starts = ", ".join(f"{tp.partition}@{consumer.position(tp)}" for tp in tps)
+            print(f"% following {topic} from {starts}", file=sys.stderr, flush=True)
+        else:
+            ends = await list_offsets(consumer.cluster, tps, LATEST)
         printed = 0
         out = sys.stdout
         while True:

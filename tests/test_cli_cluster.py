@@ -125,7 +125,10 @@ def test_consume_follow(cluster: ClusterHandle) -> None:
         text=True,
     )
     try:
-        time.sleep(2.0)
+        assert follower.stderr is not None
+        # Printed once the start offsets are fixed: records produced next will be printed.
+        notice = follower.stderr.readline()
+        assert notice.startswith("% following follow-t from 0@"), notice
         assert follower.poll() is None  # waiting for records
         assert cli("produce", "follow-t", "--value", "f{i}", "-n", "3", bootstrap=b).returncode == 0
         out, err = follower.communicate(timeout=30)
