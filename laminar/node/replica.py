@@ -49,6 +49,12 @@ class Replica:
     fetch_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     after_persist: list[Message] = field(default_factory=list)
     was_leader: bool = False
+    high_watermark: int = 0
+    """Offsets below this are committed and on this replica's log (readable by consumers).
+
+    Set by the runtime only after a Ready's entries are written (``refresh_high_watermark``):
+    a follower's Raft commit moves when a message arrives, before a conflicting stale tail is
+    cut from the log, and a fetch in between must not read that tail as committed."""
     closed: bool = False
     log_closed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the log's files are closed (a close may wait for a flush in flight)."""
@@ -71,12 +77,17 @@ class Replica:
         conf = conf or initial_conf
         raft = RaftNode(node_id, storage, conf, hard, raft_config)
         saved = SavedState(hard.term, hard.vote, conf) if hard is not None else None
-        return cls(group, directory, log, storage, raft, saved=saved, conf=conf, **kwargs)
+        replica = cls(group, directory, log, storage, raft, saved=saved, conf=conf, **kwargs)
+        replica.refresh_high_watermark()
+        return replica
 
-    @property
-    def high_watermark(self) -> int:
-        """Offsets below this are committed (readable by consumers)."""
-        return min(self.raft.commit + 1, self.log.end_offset)
+    def refresh_high_watermark(self) -> bool:
+        """Recompute the high watermark once the log holds what the core handed out; returns
+        whether it moved (fetchers waiting on it are then woken by the caller)."""
+        high = min(self.raft.commit + 1, self.log.end_offset)
+        moved = high != self.high_watermark
+        self.high_watermark = high
+        return moved
 
     @property
     def is_leader(self) -> bool:

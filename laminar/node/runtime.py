@@ -177,8 +177,10 @@ class MultiRaft:
                 self._apply(replica, ready.committed_entries)
             raft.advance(ready)
             replica.resolve_committed()
-            if ready.hard_state is not None:
-                replica.wake_fetchers()
+        # Only now does the log hold every entry the core handed out (a stale tail is cut):
+        # the high watermark may follow the commit.
+        if replica.refresh_high_watermark():
+            replica.wake_fetchers()
         if raft.quiesced and not replica.after_persist:
             self._active.discard(replica)
         is_leader = replica.is_leader
