@@ -10,6 +10,9 @@
   fails when a follower that was down needs those batches. The leader's replica goes offline,
   a new leader catches the follower up, the damaged replica is cut before the bad batch and
   rejoins; afterwards every replica verifies clean and holds identical bytes.
+* The rejoin rule, driven in-process with crafted Raft messages: a replica cut before damaged
+  entries it had acknowledged neither grants votes nor takes leadership until its log is
+  durable up to where it was, across a restart too.
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ import pytest
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster, free_port_pairs
-from laminar.segment.batch import decode_records, is_control, iter_batches
+from laminar.node.raft_codec import GroupMessage
+from laminar.node.replica import REJOIN_FILE, Replica
+from laminar.node.runtime import MultiRaft
+from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
+from laminar.segment.batch import build_batch, decode_records, is_control, iter_batches
 from laminar.segment.log import LogConfig, PartitionLog
-
-pytestmark = pytest.mark.slow
 
 WAIT_S = 30.0
 
@@ -106,6 +111,7 @@ def tiny_filesystem(path: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=10)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_a_full_disk_takes_one_replica_offline_and_the_node_keeps_serving(
     tmp_path: Path,
@@ -184,6 +190,7 @@ def flip_a_byte_of_a_sealed_segment(partition_dir: Path) -> int:
     return header.base_offset
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 async def test_a_corrupt_sealed_segment_on_the_leader_is_cut_and_the_replica_rejoins(
     tmp_path: Path,
@@ -248,3 +255,83 @@ async def test_a_corrupt_sealed_segment_on_the_leader_is_cut_and_the_replica_rej
             contents[node_id] = b"".join(map(bytes, plog.batches(0, plog.end_offset, 1 << 30)))
     assert contents[leader] == contents[3]
     assert contents[3].startswith(contents[other]) and len(contents[other]) < len(contents[3])
+
+
+def follower_entries(term: int, first: int, count: int) -> list[Entry]:
+    return [
+        Entry(term, i, i, EntryKind.NORMAL, build_batch([(None, b"%05d" % i * 40, (), 1_000)]))
+        for i in range(first, first + count)
+    ]
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.01)
+
+
+def grants(sent: list[GroupMessage]) -> list[Message]:
+    return [
+        m
+        for _, m in sent
+        if m.type in (MessageType.VOTE_RESP, MessageType.PRE_VOTE_RESP) and not m.reject
+    ]
+
+
+async def test_a_replica_cut_before_damage_does_not_vote_until_it_has_caught_up(
+    tmp_path: Path,
+) -> None:
+    me, group = 2, 7
+    sent: list[GroupMessage] = []
+    runtime = MultiRaft(me, 0.01, lambda _peer, msgs: sent.extend(msgs), lambda _r: None)
+    runtime.start()
+    replica = Replica.open(
+        group,
+        me,
+        tmp_path / "p",
+        LogConfig(segment_bytes=1024, retention_ms=None),
+        ConfState(voters=(1, 2, 3)),
+        RaftConfig(deliver_committed=False, seed=1),
+    )
+    runtime.add(replica)
+    try:
+        # Leader 1, term 1: 20 entries, acknowledged by this replica once durable.
+        ents = follower_entries(1, 0, 20)
+        runtime.step(group, Message(MessageType.APPEND, me, 1, 1, 0, -1, ents, 19))
+        await until(lambda: any(m.type is MessageType.APPEND_RESP for _, m in sent), "acked")
+        assert max(m.index for _, m in sent if m.type is MessageType.APPEND_RESP) == 19
+        runtime.remove(group)
+        await replica.log_closed.wait()
+
+        damaged = flip_a_byte_of_a_sealed_segment(tmp_path / "p")
+        assert 0 < damaged < 19
+        repaired = replica.reopen(cut_damage=True)
+        assert (repaired.log.end_offset, repaired.rejoin_end) == (damaged, 20)
+        repaired.log.verify()
+        repaired.close()
+        restarted = replica.reopen()  # a restart keeps the rule (rejoin.json)
+        assert restarted.rejoin_end == 20 and (tmp_path / "p" / REJOIN_FILE).exists()
+        runtime.add(restarted)
+
+        # Node 3 has only what survived here: the core alone would vote for it.
+        sent.clear()
+        vote = Message(MessageType.VOTE, me, 3, 2, log_term=1, index=damaged - 1)
+        runtime.step(group, vote)
+        runtime.step(group, Message(MessageType.TIMEOUT_NOW, me, 1, 2))
+        await asyncio.sleep(0.3)  # many ticks and flushes
+        assert not grants(sent), "a replica that lost acknowledged entries voted"
+        assert restarted.raft.role_name != "leader"
+        assert not any(m.type in (MessageType.VOTE, MessageType.PRE_VOTE) for _, m in sent)
+
+        # The leader of term 2 sends the lost entries again: once durable, the rule ends.
+        again = follower_entries(1, damaged, 20 - damaged)
+        runtime.step(group, Message(MessageType.APPEND, me, 1, 2, 1, damaged - 1, again, 19))
+        await until(lambda: not restarted.rejoining, "the replica caught up")
+        assert not (tmp_path / "p" / REJOIN_FILE).exists()
+        await asyncio.sleep(0.3)  # leader 1 went silent: its lease on this replica ends
+        sent.clear()
+        runtime.step(group, Message(MessageType.VOTE, me, 3, 3, log_term=1, index=19))
+        await until(lambda: bool(grants(sent)), "it votes again")
+    finally:
+        await runtime.stop()

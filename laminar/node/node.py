@@ -340,7 +340,10 @@ class Node:
         for replica in list(self.runtime.replicas.values()):
             if replica.group == METADATA_GROUP or replica.closed:
                 continue
-            deleted += replica.log.expire(now, upto=replica.high_watermark)
+            try:
+                deleted += replica.log.expire(now, upto=replica.high_watermark)
+            except Exception as exc:  # a storage fault stays in its partition
+                self.runtime.fail(replica, exc)
         return deleted
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:

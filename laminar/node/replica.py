@@ -204,8 +204,10 @@ class Replica:
         self.closed = True
         self.wake_fetchers()
         self.fail_waiters(NotLeaderError("replica closed"))
-        self.log.close()
-        self.log_closed.set()
+        try:
+            self.log.close()
+        finally:
+            self.log_closed.set()
 
 
 def _cut_damage(directory: Path, log: PartitionLog) -> int:

@@ -112,7 +112,7 @@ class MultiRaft:
                 replica.closed = True
                 self._close_after_flush.append(replica)
             else:
-                replica.close()
+                _close(replica)
         return replica
 
     # inputs ------------------------------------------------------------------------------
@@ -180,12 +180,7 @@ class MultiRaft:
         for messages in self._outbox.values():
             messages[:] = [m for m in messages if m[0] != replica.group]
         replica.fail_waiters(NotLeaderError(f"replica offline: {error}"))
-        try:
-            self.remove(replica.group)  # closes the log now or after the flush in flight
-        finally:
-            if replica.log.sync_failed:
-                log.critical("fdatasync failed while closing a failed replica; stopping")
-                os._exit(EXIT_STORAGE_FAILURE)
+        self.remove(replica.group)  # closes the log now or after the flush in flight
         if self._on_replica_failed is not None:
             self._on_replica_failed(replica, error)
 
@@ -329,7 +324,7 @@ class MultiRaft:
             finally:
                 self._flushing = False
                 for replica in self._close_after_flush:
-                    replica.close()
+                    _close(replica)
                 self._close_after_flush.clear()
             self.flush_cycles += 1
             for replica, last, term, held, _ in jobs:
@@ -345,6 +340,18 @@ class MultiRaft:
                     self._outbox[message.to].append((replica.group, message))
                 self._pending.add(replica)
             self._drain()
+
+
+def _close(replica: Replica) -> None:
+    """Close a replica that leaves the runtime; a close that fails stays with that replica,
+    except a failed fdatasync (written pages may be gone: the node stops, see flush)."""
+    try:
+        replica.close()
+    except Exception:
+        log.exception("closing a replica failed", group=replica.group, topic=replica.topic)
+    if replica.log.sync_failed:
+        log.critical("fdatasync failed while closing a replica; stopping", group=replica.group)
+        os._exit(EXIT_STORAGE_FAILURE)
 
 
 def _stop_if_died(task: asyncio.Task[None]) -> None:
