@@ -32,6 +32,7 @@ from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
 
 _VOTE_REPLIES = (MessageType.VOTE_RESP, MessageType.PRE_VOTE_RESP)
+_TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
 FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
 
@@ -120,7 +121,7 @@ class MultiRaft:
         replica = self.replicas.get(group)
         if replica is None:
             return  # not (yet) hosted here: the sender retries
-        if message.type is MessageType.TIMEOUT_NOW and not replica.accepts_leadership():
+        if message.type is _TIMEOUT_NOW and not replica.accepts_leadership():
             return  # lost entries, or failed lately (see Replica.rejoin_end, shun_leadership)
         try:
             replica.raft.step(message)
