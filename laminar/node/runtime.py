@@ -180,7 +180,9 @@ class MultiRaft:
         replica.after_persist.clear()
         for messages in self._outbox.values():
             messages[:] = [m for m in messages if m[0] != replica.group]
-        replica.fail_waiters(NotLeaderError(f"replica offline: {error}"))
+        replica.fail_waiters(
+            NotLeaderError(f"replica offline after a storage fault ({type(error).__name__})")
+        )
         self.remove(replica.group)  # closes the log now or after the flush in flight
         if self._on_replica_failed is not None:
             self._on_replica_failed(replica, error)
