@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from laminar.cli import render_status
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster, free_port_pairs
@@ -137,8 +138,13 @@ async def test_a_full_disk_takes_one_replica_offline_and_the_node_keeps_serving(
             await produce(cluster, "big", [b"B" * (2 << 20)], 0)  # nodes 2 and 3 commit it
 
             async def offline_on_node_1() -> bool:
-                faults = (await status(cluster, 2)).faults
-                return any(f.topic == "big" and f.node_id == 1 for f in faults)
+                current = await status(cluster, 2)
+                shown = render_status(current)  # what `laminar cluster status` prints
+                return (
+                    any(f.topic == "big" and f.node_id == 1 for f in current.faults)
+                    and "replicas not serving" in shown
+                    and "OSError" in shown
+                )
 
             await eventually(offline_on_node_1, "cluster status shows big/0 offline on node 1")
             assert logged(cluster, 1, "replica failed; taking it offline")
