@@ -883,6 +883,13 @@ def render_status(status: ClusterStatus) -> str:
             for m in status.moves
         ]
         parts.append(render_table(rows))
+    if status.faults:
+        parts += ["", f"replicas not serving ({len(status.faults)})"]
+        rows = [["TOPIC", "PART", "NODE", "STATE", "ERROR"]]
+        rows += [
+            [f.topic, str(f.partition), str(f.node_id), f.state, f.error] for f in status.faults
+        ]
+        parts.append(render_table(rows))
     return "\n".join(parts)
 
 

@@ -79,11 +79,23 @@ class Move:
 
 
 @dataclass(slots=True, frozen=True)
+class ReplicaFault:
+    """A replica that is not serving: offline after a storage fault, or rejoining."""
+
+    topic: str
+    partition: int
+    node_id: int
+    state: str
+    error: str
+
+
+@dataclass(slots=True, frozen=True)
 class ClusterStatus:
     members: tuple[MemberStatus, ...]
     partitions: tuple[PartitionStatus, ...]
     metadata_leader: int
     moves: tuple[Move, ...] = field(default=())
+    faults: tuple[ReplicaFault, ...] = field(default=())
 
 
 def _optional(value: int) -> int | None:
@@ -149,9 +161,13 @@ def status_from_reader(status: Any) -> ClusterStatus:
         for p in status.partitions
     )
     moves = tuple(Move(m.topic, m.partition, m.fromNode, m.toNode, m.stage) for m in status.moves)
+    faults = tuple(
+        ReplicaFault(f.topic, f.partition, f.nodeId, f.state, f.error) for f in status.faults
+    )
     return ClusterStatus(
         members=tuple(sorted(members, key=lambda m: m.node_id)),
         partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))),
         metadata_leader=status.metadataLeader,
         moves=moves,
+        faults=faults,
     )

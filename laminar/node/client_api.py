@@ -26,7 +26,7 @@ from laminar.errors import (
 )
 from laminar.node.metadata import Topic
 from laminar.node.replica import Replica, Waiter
-from laminar.node.status import cluster_partitions, move_stage
+from laminar.node.status import cluster_view, move_stage
 from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -347,7 +347,8 @@ class ClientServer:
 
     async def _on_clusterStatus(self, _body: Any, response: Any, _payload: memoryview) -> None:
         node = self.node
-        partitions = await cluster_partitions(node)
+        view = await cluster_view(node)
+        partitions = view["partitions"]
         status = response.body.init("clusterStatus")
         status.metadataLeader = node.metadata_leader
         gossip = {m.node_id: m for m in node.swim.members}
@@ -399,6 +400,13 @@ class ClientServer:
                 rslot.nodeId = rep["node_id"]
                 rslot.matchOffset = rep["match"]
                 rslot.lag = rep["lag"]
+        faults = status.init("faults", len(view["faults"]))
+        for slot, fault in zip(faults, view["faults"], strict=True):
+            slot.topic = fault["topic"]
+            slot.partition = fault["partition"]
+            slot.nodeId = fault["node_id"]
+            slot.state = fault["state"]
+            slot.error = fault["error"]
 
 
 def first_offset_at(replica: Replica, timestamp: int) -> int | None:

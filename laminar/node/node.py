@@ -31,6 +31,7 @@ from laminar.node.metadata import (
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
+from laminar.node.repair import ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
@@ -48,8 +49,13 @@ class Node:
         self.state = MetadataState()
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self.repair = ReplicaRepair(self)
         self.runtime = MultiRaft(
-            self.node_id, config.tick_ms / 1000, self._send_raft, self._leader_changed
+            self.node_id,
+            config.tick_ms / 1000,
+            self._send_raft,
+            self._leader_changed,
+            on_replica_failed=self.repair.replica_failed,
         )
         self.peers = PeerNetwork(
             self.node_id,
@@ -334,7 +340,10 @@ class Node:
         for replica in list(self.runtime.replicas.values()):
             if replica.group == METADATA_GROUP or replica.closed:
                 continue
-            deleted += replica.log.expire(now, upto=replica.high_watermark)
+            try:
+                deleted += replica.log.expire(now, upto=replica.high_watermark)
+            except Exception as exc:  # a storage fault stays in its partition
+                self.runtime.fail(replica, exc)
         return deleted
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:

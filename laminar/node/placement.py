@@ -26,12 +26,18 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+TRANSFER_RETRY_S = 15.0
+"""A leader hands a partition to its preferred replica at most this often: a replica that
+declines (it was just repaired after a fault) must not keep the leader in transfer, which
+refuses every write meanwhile."""
+
 
 class Placement:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._dead_since: dict[int, float] = {}
         self._proposing: set[tuple[str, int, int]] = set()
+        self._last_transfer: dict[int, float] = {}
 
     # membership ------------------------------------------------------------------------------
     def on_member_event(self, event: MemberEvent) -> None:
@@ -111,6 +117,10 @@ class Placement:
             return
         progress = raft.status().progress.get(preferred)
         if progress is not None and progress.match == raft.last_index and progress.recent_active:
+            now = time.monotonic()
+            if now - self._last_transfer.get(replica.group, -TRANSFER_RETRY_S) < TRANSFER_RETRY_S:
+                return
+            self._last_transfer[replica.group] = now
             try:
                 raft.transfer_leader(preferred)
             except LaminarError:

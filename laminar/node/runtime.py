@@ -7,6 +7,11 @@ outbox, the rest wait for the flush. The flush task is the group commit: one pas
 in a worker thread covers every append of every group since the previous pass; only then are
 the held-back messages (votes, append acknowledgements) sent and the cores told what is durable.
 Idle groups quiesce: they are not ticked at all until a message or proposal wakes them.
+
+A fault in one group stays in that group: an exception while stepping, ticking or draining a
+replica (a crc mismatch in its log, a full disk) takes only that replica offline (``fail``) and
+is reported to ``on_replica_failed``; every other group keeps running. A failed fdatasync is
+the exception: the kernel may have dropped written pages, so the node stops (fsyncgate).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import time
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -25,6 +31,9 @@ from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
 
+_VOTE_REPLIES = (MessageType.VOTE_RESP, MessageType.PRE_VOTE_RESP)
+_TIMEOUT_NOW = MessageType.TIMEOUT_NOW
+
 FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
 
 log = structlog.get_logger(__name__)
@@ -32,6 +41,8 @@ log = structlog.get_logger(__name__)
 EXIT_STORAGE_FAILURE = 74  # EX_IOERR
 
 SendToPeer = Callable[[int, list[GroupMessage]], None]
+ReplicaFailed = Callable[[Replica, Exception], None]
+"""Told once a replica was taken offline by a fault: (the closed replica, the error)."""
 
 
 class MultiRaft:
@@ -41,12 +52,14 @@ class MultiRaft:
         tick_seconds: float,
         send: SendToPeer,
         on_leader_change: Callable[[Replica], None],
+        on_replica_failed: ReplicaFailed | None = None,
     ) -> None:
         self.node_id = node_id
         self.tick_seconds = tick_seconds
         self.replicas: dict[int, Replica] = {}
         self._send = send
         self._on_leader_change = on_leader_change
+        self._on_replica_failed = on_replica_failed
         self._active: set[Replica] = set()
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
@@ -65,6 +78,8 @@ class MultiRaft:
             asyncio.create_task(self._tick_loop(), name="raft-ticks"),
             asyncio.create_task(self._flush_loop(), name="group-commit"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(_stop_if_died)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -98,7 +113,7 @@ class MultiRaft:
                 replica.closed = True
                 self._close_after_flush.append(replica)
             else:
-                replica.close()
+                _close(replica)
         return replica
 
     # inputs ------------------------------------------------------------------------------
@@ -106,7 +121,13 @@ class MultiRaft:
         replica = self.replicas.get(group)
         if replica is None:
             return  # not (yet) hosted here: the sender retries
-        replica.raft.step(message)
+        if message.type is _TIMEOUT_NOW and not replica.accepts_leadership():
+            return  # lost entries, or failed lately (see Replica.rejoin_end, shun_leadership)
+        try:
+            replica.raft.step(message)
+        except Exception as exc:
+            self.fail(replica, exc)
+            return
         if message.type is not MessageType.HEARTBEAT or not replica.raft.quiesced:
             self._active.add(replica)
         self.wake(replica)
@@ -136,8 +157,35 @@ class MultiRaft:
 
     def process_now(self, replica: Replica) -> None:
         """Drain one group's Ready right away (a produce with acks=leader waits on the write)."""
-        self._process(replica)
+        self._process_guarded(replica)
         self._schedule()  # its messages leave with the next drain
+
+    def fail(self, replica: Replica, error: Exception) -> None:
+        """Take a replica offline after a fault: it stops ticking, stepping, acknowledging and
+        voting, its waiters fail, its log is closed; then ``on_replica_failed`` is told.
+
+        Nothing it had not yet sent leaves: its outbox messages and held-back acknowledgements
+        are dropped, so what peers know of it stays what it made durable before the fault."""
+        if self.replicas.get(replica.group) is not replica:
+            return  # already removed (a second error from the same pass)
+        log.error(
+            "replica failed; taking it offline",
+            group=replica.group,
+            topic=replica.topic,
+            partition=replica.partition,
+            error=str(error),
+            error_type=type(error).__name__,
+            exc_info=error,
+        )
+        replica.after_persist.clear()
+        for messages in self._outbox.values():
+            messages[:] = [m for m in messages if m[0] != replica.group]
+        replica.fail_waiters(
+            NotLeaderError(f"replica offline after a storage fault ({type(error).__name__})")
+        )
+        self.remove(replica.group)  # closes the log now or after the flush in flight
+        if self._on_replica_failed is not None:
+            self._on_replica_failed(replica, error)
 
     # the Ready loop ------------------------------------------------------------------------
     def _drain(self) -> None:
@@ -145,11 +193,18 @@ class MultiRaft:
         pending, self._pending = self._pending, set()
         for replica in pending:
             if not replica.closed:
-                self._process(replica)
+                self._process_guarded(replica)
         self._send_outbox()
+
+    def _process_guarded(self, replica: Replica) -> None:
+        try:
+            self._process(replica)
+        except Exception as exc:
+            self.fail(replica, exc)
 
     def _process(self, replica: Replica) -> None:
         raft = replica.raft
+        rejoining = replica.rejoining
         while raft.has_ready():
             ready = raft.ready()
             storage = replica.storage
@@ -168,6 +223,8 @@ class MultiRaft:
             if ready.hard_state is not None or ready.conf_state is not None:
                 self._dirty.add(replica)
             for message in ready.messages:
+                if rejoining and message.type in _VOTE_REPLIES and not message.reject:
+                    continue  # lost entries it may have acknowledged: no vote counts
                 if message.after_persist:
                     replica.after_persist.append(message)
                     self._dirty.add(replica)  # released by the next flush pass
@@ -177,10 +234,16 @@ class MultiRaft:
                 self._apply(replica, ready.committed_entries)
             raft.advance(ready)
             replica.resolve_committed()
-            if ready.hard_state is not None:
-                replica.wake_fetchers()
+        # Only now does the log hold every entry the core handed out (a stale tail is cut):
+        # the high watermark may follow the commit.
+        if replica.refresh_high_watermark():
+            replica.wake_fetchers()
+        if rejoining and replica.check_rejoined():
+            log.info("replica caught up again; it votes", group=replica.group, topic=replica.topic)
         if raft.quiesced and not replica.after_persist:
             self._active.discard(replica)
+        else:  # woken by a local call (a leader transfer): it needs ticks to time that out
+            self._active.add(replica)
         is_leader = replica.is_leader
         if is_leader != replica.was_leader:
             replica.was_leader = is_leader
@@ -217,14 +280,26 @@ class MultiRaft:
 
     # tasks ---------------------------------------------------------------------------------
     async def _tick_loop(self) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(self.tick_seconds)
+            ticks += 1
+            now = time.monotonic()
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)
                     continue
-                replica.raft.tick()
-                if replica.raft.has_ready():
+                if replica.rejoining:
+                    continue  # only elections need a follower's ticks, and it may not campaign
+                if ticks & 1 and replica.shun_leadership_until > now and not replica.is_leader:
+                    continue  # repaired lately: campaigns at half speed, a healthy peer goes first
+                try:
+                    replica.raft.tick()
+                    ready = replica.raft.has_ready()
+                except Exception as exc:
+                    self.fail(replica, exc)
+                    continue
+                if ready:
                     self.wake(replica)
 
     async def _flush_loop(self) -> None:
@@ -252,18 +327,44 @@ class MultiRaft:
             finally:
                 self._flushing = False
                 for replica in self._close_after_flush:
-                    replica.close()
+                    _close(replica)
                 self._close_after_flush.clear()
             self.flush_cycles += 1
             for replica, last, term, held, _ in jobs:
                 if replica.closed:
                     continue
                 if last >= 0:
-                    replica.raft.persisted(last, term)
+                    try:
+                        replica.raft.persisted(last, term)
+                    except Exception as exc:
+                        self.fail(replica, exc)
+                        continue
                 for message in held:
                     self._outbox[message.to].append((replica.group, message))
                 self._pending.add(replica)
             self._drain()
+
+
+def _close(replica: Replica) -> None:
+    """Close a replica that leaves the runtime; a close that fails stays with that replica,
+    except a failed fdatasync (written pages may be gone: the node stops, see flush)."""
+    try:
+        replica.close()
+    except Exception:
+        log.exception("closing a replica failed", group=replica.group, topic=replica.topic)
+    if replica.log.sync_failed:
+        log.critical("fdatasync failed while closing a replica; stopping", group=replica.group)
+        os._exit(EXIT_STORAGE_FAILURE)
+
+
+def _stop_if_died(task: asyncio.Task[None]) -> None:
+    """The tick and flush tasks never end on their own: one that died leaves a node that
+    gossips "alive" but never acknowledges or votes again. Stop it loudly instead."""
+    if task.cancelled():
+        return
+    error = task.exception()
+    log.critical("raft task died; stopping the node", task=task.get_name(), exc_info=error)
+    os._exit(EXIT_STORAGE_FAILURE)
 
 
 def _sync(jobs: list[FlushJob]) -> None:

@@ -1,4 +1,5 @@
-"""What `laminar cluster status` shows: each leader's view of its partitions, gathered."""
+"""What `laminar cluster status` shows: each leader's view of its partitions, and every node's
+replicas that are not serving (offline after a fault, or rejoining after a repair), gathered."""
 
 from __future__ import annotations
 
@@ -11,7 +12,38 @@ if TYPE_CHECKING:
     from laminar.node.node import Node
 
 
-def local_status(node: Node) -> list[dict[str, Any]]:
+def local_status(node: Node) -> dict[str, list[dict[str, Any]]]:
+    """This node's part of the cluster status (the peer "status" call answers with it)."""
+    return {"partitions": led_partitions(node), "faults": replica_faults(node)}
+
+
+def replica_faults(node: Node) -> list[dict[str, Any]]:
+    """Replicas of this node that are offline after a fault or rejoining after a repair."""
+    out = [
+        {
+            "topic": fault.topic,
+            "partition": fault.partition,
+            "node_id": node.node_id,
+            "state": fault.state,
+            "error": fault.error,
+        }
+        for fault in node.repair.faults.values()
+    ]
+    for replica in node.runtime.replicas.values():
+        if replica.rejoining:
+            out.append(
+                {
+                    "topic": replica.topic,
+                    "partition": replica.partition,
+                    "node_id": node.node_id,
+                    "state": f"rejoining (not voting until offset {replica.rejoin_end})",
+                    "error": "",
+                }
+            )
+    return out
+
+
+def led_partitions(node: Node) -> list[dict[str, Any]]:
     """Status of every partition this node leads (leaders know their followers' lag)."""
     out = []
     for replica in node.runtime.replicas.values():
@@ -58,16 +90,19 @@ def move_stage(node: Node, topic: Topic, partition: int) -> str:
     return "adding target"
 
 
-async def cluster_partitions(node: Node) -> list[dict[str, Any]]:
-    """Gather every leader's view of its partitions from all connected nodes."""
+async def cluster_view(node: Node) -> dict[str, list[dict[str, Any]]]:
+    """Gather every leader's view of its partitions, and every node's replica faults, from all
+    connected nodes."""
     peers = [n for n in node.live_nodes() if n != node.node_id]
     results = await asyncio.gather(
         *(node.calls.call(n, "status", None, timeout=2.0) for n in peers),
         return_exceptions=True,
     )
-    partitions = local_status(node)
+    view = local_status(node)
     for result in results:
-        if isinstance(result, list):
-            partitions.extend(result)
-    partitions.sort(key=lambda p: (p["topic"], p["partition"]))
-    return partitions
+        if isinstance(result, dict):
+            for key, rows in view.items():
+                rows.extend(result.get(key, []))
+    view["partitions"].sort(key=lambda p: (p["topic"], p["partition"]))
+    view["faults"].sort(key=lambda f: (f["topic"], f["partition"], f["node_id"]))
+    return view

@@ -193,9 +193,18 @@ struct Move {
   stage @4 :Text;
 }
 
+struct ReplicaFault {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  nodeId @2 :UInt32;
+  state @3 :Text;             # offline, reopening, rejoining (...)
+  error @4 :Text;             # the fault that took it offline
+}
+
 struct ClusterStatus {
   members @0 :List(MemberStatus);
   partitions @1 :List(PartitionStatus);
   metadataLeader @2 :UInt32;
   moves @3 :List(Move);
+  faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or rejoining
 }

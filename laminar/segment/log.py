@@ -208,6 +208,11 @@ class PartitionLog:
         return len(self._segments)
 
     @property
+    def sync_failed(self) -> bool:
+        """An fdatasync failed: the kernel may have dropped written pages (see flush)."""
+        return self._failed is not None
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -448,10 +453,40 @@ class PartitionLog:
         if offset == self._end:
             return
         i = bisect_right(self._bases, offset) - 1
-        seg = self._segments[i]
-        pos, base, last, _ = seg.locate(offset)
+        pos, base, last, _ = self._segments[i].locate(offset)
         if base != offset:
             raise InvalidRequestError(f"cannot truncate to {offset}: inside batch [{base}, {last}]")
+        self._cut(i, pos, offset)
+
+    def cut_at_damage(self) -> int | None:
+        """Crc-check every batch of every segment (sealed ones too, which opening trusts) and
+        cut the log before the first damaged one; durable on return. Returns the offset the
+        log now ends at, or None if nothing was damaged."""
+        self._check_open()
+        for i, seg in enumerate(self._segments):
+            reached = [seg.base]
+
+            def on_batch(_pos: int, h: BatchHeader, reached: list[int] = reached) -> None:
+                reached[0] = h.next_offset
+
+            stop, reason = seg.scan(0, seg.base, seg.size, on_batch)
+            if reason is None:
+                continue
+            log.error(
+                "cutting the log before a damaged batch",
+                file=str(seg.log_path),
+                position=stop,
+                offset=reached[0],
+                lost_until=self._end,
+                reason=reason,
+            )
+            self._cut(i, stop, reached[0])
+            return reached[0]
+        return None
+
+    def _cut(self, i: int, pos: int, offset: int) -> None:
+        """Remove everything from batch boundary ``pos`` (offset ``offset``) of segment i."""
+        seg = self._segments[i]
         removed = self._segments[i + 1 :]
         removed_handles = [id(s.open_handle) for s in removed]
         for s in reversed(removed):

@@ -1,0 +1,82 @@
+"""A follower's high watermark never covers bytes that are not committed on its disk.
+
+A follower's Raft commit moves inside ``step``, while a conflicting stale tail is cut from its
+log only when the runtime drains the group's Ready. A fetch that runs in between (any task the
+event loop schedules before the drain) must not read the stale, never-committed bytes below the
+reported high watermark. Driven deterministically: one follower replica on real files, Raft
+messages crafted as two successive leaders would send them, a "fetch" between step and drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from laminar.node.replica import Replica
+from laminar.node.runtime import MultiRaft
+from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
+from laminar.segment.batch import build_batch, decode_records, iter_batches
+from laminar.segment.log import LogConfig
+
+FOLLOWER = 2
+
+
+def batch(value: bytes) -> bytes:
+    return build_batch([(None, value, (), 1_000)])
+
+
+def entries(term: int, first: int, values: list[bytes]) -> list[Entry]:
+    return [
+        Entry(term, first + i, first + i, EntryKind.NORMAL, batch(value))
+        for i, value in enumerate(values)
+    ]
+
+
+def append(frm: int, term: int, prev: int, prev_term: int, ents: list[Entry], commit: int):
+    return Message(MessageType.APPEND, FOLLOWER, frm, term, prev_term, prev, ents, commit)
+
+
+def committed_values(replica: Replica) -> list[bytes]:
+    """What a consumer reading this replica up to its high watermark gets."""
+    high = replica.high_watermark
+    with replica.log.read(replica.log.start_offset, 1 << 20, upto=high) as log_slice:
+        data = log_slice.tobytes()
+    values: list[bytes] = []
+    for position, header in iter_batches(data):
+        assert header.next_offset <= high
+        one = data[position : position + header.batch_length]
+        values += [record.value or b"" for record in decode_records(one)]
+    return values
+
+
+async def test_fetch_between_step_and_drain_never_reads_a_stale_tail(tmp_path: Path) -> None:
+    runtime = MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _replica: None)
+    replica = Replica.open(
+        7,
+        FOLLOWER,
+        tmp_path / "p",
+        LogConfig(),
+        ConfState(voters=(1, 2, 3)),
+        RaftConfig(deliver_committed=False, seed=1),
+    )
+    runtime.add(replica)
+    try:
+        # Leader 1, term 1: five entries, the first two committed.
+        runtime.step(7, append(1, 1, -1, 0, entries(1, 0, [b"a0", b"a1", b"x2", b"x3", b"x4"]), 1))
+        await asyncio.sleep(0)  # the drain writes them to the log
+        assert replica.log.end_offset == 5
+        assert replica.high_watermark == 2
+
+        # Leader 3, term 2, never had x2..x4: it replaces them and commits its own 2 and 3.
+        runtime.step(7, append(3, 2, 1, 1, entries(2, 2, [b"b2", b"b3"]), 3))
+        # A fetch scheduled before the drain runs now: it may see the old committed prefix,
+        # never x2/x3, which were never committed by anyone.
+        seen = committed_values(replica)
+        assert seen == [b"a0", b"a1"][: len(seen)], seen
+        assert all(not value.startswith(b"x") for value in seen), seen
+
+        await asyncio.sleep(0)  # the drain truncates and appends
+        assert committed_values(replica) == [b"a0", b"a1", b"b2", b"b3"]
+        assert replica.high_watermark == 4
+    finally:
+        await runtime.stop()
