@@ -8,11 +8,13 @@ single record of a record batch, so the metadata group's Raft log is an ordinary
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.errors import (
     InvalidRequestError,
+    LaminarError,
     NotEnoughReplicasError,
     TopicExistsError,
     UnknownTopicError,
@@ -21,6 +23,8 @@ from laminar.errors import (
 METADATA_GROUP = 0
 PARTITION_BITS = 20
 MAX_PARTITIONS = 1 << PARTITION_BITS
+REMEMBERED_REQUESTS = 4096
+"""How many recent request ids the state machine remembers to answer a retried command."""
 
 
 def group_id(topic_id: int, partition: int) -> int:
@@ -76,6 +80,36 @@ class MetadataState:
     nodes: dict[int, NodeInfo] = field(default_factory=dict)
     draining: set[int] = field(default_factory=set)
     next_topic_id: int = 1
+    recovering: set[tuple[int, int]] = field(default_factory=set)
+    """(group, node): replicas that lost their state and must not vote until re-admitted."""
+    outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
+
+    def apply_once(self, command: dict[str, Any]) -> tuple[Any, bool]:
+        """Apply a command unless one with the same ``request_id`` was applied already.
+
+        A proposer whose wait was cut short (leader change) retries with the same request id,
+        so the command may reach the log twice; the second copy gets the first one's outcome
+        and changes nothing. Returns (result, applied_now); a remembered error is raised again.
+        """
+        request_id = command.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            return self.apply(command), True
+        if request_id in self.outcomes:
+            outcome = self.outcomes[request_id]
+            if isinstance(outcome, LaminarError):
+                raise outcome
+            return outcome, False
+        try:
+            outcome = self.apply(command)
+        except LaminarError as exc:
+            outcome = exc
+        self.outcomes[request_id] = outcome
+        if len(self.outcomes) > REMEMBERED_REQUESTS:
+            self.outcomes.popitem(last=False)
+        if isinstance(outcome, LaminarError):
+            raise outcome
+        return outcome, True
 
     def apply(self, command: dict[str, Any]) -> Any:
         op = command.get("op")

@@ -279,6 +279,8 @@ class Node:
             self.runtime.wake(replica)
 
     def _leader_changed(self, replica: Replica) -> None:
+        if replica.group == METADATA_GROUP and not replica.is_leader:
+            self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:
             return
         topic = self.state.topics.get(replica.topic)
