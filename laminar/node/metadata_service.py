@@ -18,6 +18,7 @@ import structlog
 
 from laminar.errors import InvalidRequestError, LaminarError, NotLeaderError, RequestTimeoutError
 from laminar.node.metadata import (
+    METADATA_GROUP,
     TopicSettings,
     decode_command,
     encode_command,
@@ -82,7 +83,8 @@ class MetadataService:
 
     async def serve_propose(self, peer: int, command: dict[str, Any]) -> Any:
         """Commit on behalf of a peer, forwarding once to the leader if this node is not it."""
-        assert self.node.metadata is not None
+        if self.node.metadata is None:
+            raise NotLeaderError("metadata not open yet")
         if self.node.metadata.is_leader:
             return await self._propose_local(command)
         leader = self.node.metadata.raft.leader_id
@@ -91,8 +93,7 @@ class MetadataService:
         raise NotLeaderError("not the metadata leader")
 
     async def serve_propose_here(self, _peer: int, command: dict[str, Any]) -> Any:
-        assert self.node.metadata is not None
-        if not self.node.metadata.is_leader:
+        if self.node.metadata is None or not self.node.metadata.is_leader:
             raise NotLeaderError("not the metadata leader")
         return await self._propose_local(command)
 
@@ -130,6 +131,11 @@ class MetadataService:
 
     def _prepare(self, command: dict[str, Any]) -> dict[str, Any]:
         """On the metadata leader: turn a request into a deterministic command."""
+        if command.get("op") == "replica_lost" and command.get("group") == METADATA_GROUP:
+            # Only the metadata group's leader knows its voters: is the replica to vote again?
+            assert self.node.metadata is not None
+            conf = self.node.metadata.raft.conf
+            return {**command, "voter": command["node"] not in conf.learners}
         if command.get("op") != "create_topic" or "replicas" in command:
             return command
         validate_topic_name(command["name"])
