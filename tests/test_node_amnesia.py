@@ -8,17 +8,26 @@ story on the sans-I/O core with the node's own message gate and re-admission ste
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from laminar.node.amnesia import Amnesia
+import pytest
+
+from laminar.client import Admin, Consumer, Producer, TopicPartition
+from laminar.errors import LaminarError
+from laminar.node.amnesia import MARKERS_DIR, Amnesia
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import Topic, group_id
 from laminar.node.node import Node
 from laminar.node.raft_state import save_state
 from laminar.node.rebalance import advance_recovery
 from laminar.raft import MemoryStorage, Message, MessageType, Role
+from laminar.segment.batch import decode_records, is_control, iter_batches
+from tests.cluster_fixture import start_cluster
 from tests.raft_harness import Net
 
 SETTINGS = {
@@ -255,3 +264,136 @@ def gate(amnesia: Amnesia, group: int, node: int) -> Callable[[Message], bool]:
 def reconnect(net: Net, a: int, b: int) -> None:
     net.cut.discard((a, b))
     net.cut.discard((b, a))
+
+
+# ---------------------------------------------------------------------------------------------
+# Real node processes: a node loses state, then forms a majority with a node that lags.
+
+TOPIC = "amnesia"
+RECORDS = 200
+
+
+async def partition_leader(bootstrap: str, timeout: float = 30.0) -> int:
+    deadline = time.monotonic() + timeout
+    async with Admin(bootstrap) as admin:
+        while True:
+            leader = (await admin.describe_topic(TOPIC)).partitions[0].leader
+            if leader:
+                return leader
+            assert time.monotonic() < deadline, "the partition has no leader"
+            await asyncio.sleep(0.1)
+
+
+async def read_all(bootstrap: str, timeout: float = 60.0) -> dict[int, bytes]:
+    """Every record of the partition below its high watermark, read from its leader."""
+    deadline = time.monotonic() + timeout
+    tp = TopicPartition(TOPIC, 0)
+    async with Consumer(bootstrap) as consumer:
+        while True:
+            try:
+                records: dict[int, bytes] = {}
+                offset = 0
+                while True:
+                    fetched = await consumer.fetch_batches(tp, offset, 1 << 20, max_wait_ms=0)
+                    if offset >= fetched.high_watermark:
+                        return records
+                    for position, header in iter_batches(fetched.data):
+                        offset = header.next_offset
+                        if not is_control(header):
+                            batch = fetched.data[position : position + header.batch_length]
+                            records.update(
+                                (r.offset, r.value or b"") for r in decode_records(batch)
+                            )
+            except LaminarError:
+                assert time.monotonic() < deadline, "the partition could not be read"
+                await asyncio.sleep(0.2)
+
+
+def partition_dir(node_dir: Path) -> Path:
+    (directory,) = (node_dir / "partitions").glob(f"{TOPIC}-0.*")
+    return directory
+
+
+def watermark(node_dir: Path) -> int:
+    try:
+        data = json.loads((node_dir / MARKERS_DIR / "watermarks.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return -1
+    return max((end for name, end in data.items() if name.startswith(f"{TOPIC}-0.")), default=-1)
+
+
+def readmitted(node_dir: Path) -> bool:
+    markers = list((node_dir / MARKERS_DIR).glob(f"{TOPIC}-0.*.json"))
+    return bool(markers) and not json.loads(markers[0].read_text())["lost"]
+
+
+def flip_a_bit_in_the_active_segment(node_dir: Path) -> None:
+    segment = max((partition_dir(node_dir) / "log").glob("*.log"))
+    with open(segment, "r+b") as file:
+        size = os.fstat(file.fileno()).st_size
+        file.seek(size // 2)
+        byte = file.read(1)[0]
+        file.seek(size // 2)
+        file.write(bytes([byte ^ 0x10]))
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("damage", ["partition_dir", "data_dir", "bit_flip"])
+async def test_a_node_that_lost_state_does_not_help_elect_a_leader_without_acked_data(
+    tmp_path: Path, damage: str
+) -> None:
+    cluster = start_cluster(tmp_path, nodes=3)
+    try:
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.create_topic(TOPIC, partitions=1, replication_factor=3)
+        leader = await partition_leader(cluster.bootstrap)
+        lagging, wiped = sorted(set(cluster.nodes) - {leader})
+        wiped_dir = cluster.nodes[wiped].data_dir
+
+        cluster.stop_node(lagging)  # it will miss every acknowledged record
+        acked: dict[int, bytes] = {}
+        async with Producer(cluster.bootstrap, acks="all", linger_ms=1) as producer:
+            futures = [
+                await producer.send(TOPIC, b"r%05d" % i, partition=0) for i in range(RECORDS)
+            ]
+            for i, future in enumerate(futures):
+                acked[(await future).offset] = b"r%05d" % i
+        await wait_for(lambda: watermark(wiped_dir) > max(acked), "the watermark is saved")
+
+        cluster.stop_node(wiped)
+        if damage == "partition_dir":
+            shutil.rmtree(partition_dir(wiped_dir))
+        elif damage == "data_dir":
+            shutil.rmtree(wiped_dir)
+        else:
+            flip_a_bit_in_the_active_segment(wiped_dir)
+        cluster.stop_node(leader)  # the only intact copy of the records is down now
+        cluster.start_node(wiped)
+        cluster.start_node(lagging)
+        # The wiped and the lagging node are a majority. Give them many election timeouts.
+        await asyncio.sleep(4)
+
+        cluster.start_node(leader)
+        cluster.wait_ready()
+        await wait_for(lambda: readmitted(wiped_dir), "the group re-admits the replica", 90)
+        assert await read_all(cluster.bootstrap) == acked
+
+        # Re-admitted, the replica votes again: without the first leader, the two others
+        # elect one, and it holds every acknowledged record.
+        cluster.stop_node(leader)
+        await partition_leader(cluster.address(lagging))
+        stored = await read_all(cluster.address(lagging))
+        assert stored == acked
+    except BaseException:
+        print(cluster.logs(40))
+        raise
+    finally:
+        cluster.stop()
