@@ -32,6 +32,7 @@ from laminar.node.metadata import (
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
+from laminar.node.readmission import Readmission
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
@@ -68,12 +69,11 @@ class Node:
         self.calls.register("propose", self.metadata_service.serve_propose)
         self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
-        self.calls.register("knows", self._serve_knows)
         self.amnesia = Amnesia(config.data_dir)
+        self.readmission = Readmission(self)
+        self.calls.register("knows", self.readmission.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
-        self._metadata_start = -1
-        """Last offset of the metadata log as opened (see ``_serve_knows``)."""
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.peer_listen, "client": config.listen},
@@ -89,7 +89,7 @@ class Node:
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
             await self._start_network()
-            self.amnesia.node_lost = await self._ask_peers_if_known()
+            self.amnesia.node_lost = await self.readmission.ask_peers_if_known()
         if self.config.peers:
             initial = sorted({*self.config.peers, self.node_id})
             voters = tuple(initial[: self.config.metadata_replicas])
@@ -108,8 +108,8 @@ class Node:
             apply=self.metadata_service.apply,
             topic="__metadata",
         )
-        self._metadata_start = self.metadata.raft.last_index
-        self._replica_opened(self.metadata, lost)
+        self.readmission.metadata_start = self.metadata.raft.last_index
+        self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
         if known_dir:
@@ -119,7 +119,7 @@ class Node:
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._placement_loop(), name="placement"),
-            asyncio.create_task(self._watermark_loop(), name="watermarks"),
+            asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
         ]
         self.spawn(self._register())
         log.info(
@@ -243,12 +243,8 @@ class Node:
                     self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
-        elif op == "register_node" and command.get("incarnation") == self.amnesia.incarnation:
-            self.amnesia.node_lost = False  # replicas assigned from now on are new
-        elif op == "replica_recovered" and command["node"] == self.node_id:
-            replica = self.runtime.replicas.get(command["group"])
-            if replica is not None:
-                self.amnesia.recovered(replica.group, command["incident"], replica.raft.term)
+        elif op in ("register_node", "replica_recovered"):
+            self.readmission.applied(command)
         elif op == "start_move" and result is not None and result.adding == self.node_id:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
@@ -307,7 +303,7 @@ class Node:
             topic=topic.name,
             partition=partition,
         )
-        lost = self._replica_opened(replica, lost)
+        lost = self.readmission.opened(replica, lost)
         if (
             replicas[0] == self.node_id
             and replica.raft.term == 0
@@ -316,74 +312,6 @@ class Node:
         ):
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
-
-    def _replica_opened(self, replica: Replica, lost: bool) -> bool:
-        """Host an opened replica; one that lost state is gated and asks to be re-admitted."""
-        lost = self.amnesia.check_log(replica.group, replica.log.end_offset) or lost
-        self.runtime.add(replica)
-        if lost:
-            self.spawn(self._report_lost(replica))
-        return lost
-
-    async def _report_lost(self, replica: Replica) -> None:
-        """Tell the metadata this replica lost its state; its group's leader re-admits it."""
-        incident = self.amnesia.incident(replica.group)
-        command = {
-            "op": "replica_lost",
-            "group": replica.group,
-            "node": self.node_id,
-            "incident": incident,
-            "request_id": f"lost-{incident}",
-        }
-        while not replica.closed and self.amnesia.incident(replica.group) == incident:
-            try:
-                await self.metadata_service.propose(command)
-                return
-            except (LaminarError, ConnectionError) as exc:
-                log.debug("replica loss not yet recorded", error=str(exc))
-                await asyncio.sleep(0.2)
-
-    async def _ask_peers_if_known(self) -> bool:
-        """A node with an empty data directory: new, or did it lose everything?
-
-        It lost its state if any peer knows it (it registered before: nodes register on their
-        first start). It is new once a majority of the initial cluster (or, when joining, one
-        running node) says, having applied its metadata log, that it does not know it.
-        """
-        initial = {*self.config.peers, self.node_id}
-        needed = len(initial) // 2 if self.config.peers else 1
-        unknown_to: set[int] = set()
-        while len(unknown_to) < needed:
-            for peer in self.peers.connected_peers():
-                if peer in unknown_to:
-                    continue
-                try:
-                    answer = await self.calls.call(peer, "knows", {"node": self.node_id}, 1.0)
-                except (LaminarError, ConnectionError):
-                    continue
-                if answer.get("known"):
-                    log.warning("this node lost its data directory", known_by=peer)
-                    return True
-                if answer.get("settled"):
-                    unknown_to.add(peer)
-            await asyncio.sleep(0.1)
-        return False
-
-    async def _serve_knows(self, _peer: int, body: Any) -> Any:
-        """Whether a node registered before; ``settled`` once this node has applied the
-        metadata log it started with (before, a registration may still be unapplied)."""
-        settled = self.metadata is None or self.metadata_service.applied >= self._metadata_start
-        return {"known": int(body["node"]) in self.state.nodes, "settled": settled}
-
-    async def _watermark_loop(self) -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            for replica in list(self.runtime.replicas.values()):
-                if not replica.closed:
-                    self.amnesia.note_durable(replica.group, replica.log.durable_offset)
-            snapshot = self.amnesia.watermarks_to_save()
-            if snapshot is not None:
-                await asyncio.to_thread(self.amnesia.save_watermarks, snapshot)
 
     def _leader_changed(self, replica: Replica) -> None:
         if replica.group == METADATA_GROUP and not replica.is_leader:
