@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
-from laminar.errors import LaminarError
+from laminar.errors import InvalidRequestError, LaminarError
 from laminar.node.amnesia import MARKERS_DIR, Amnesia
 from laminar.node.config import NodeConfig
-from laminar.node.metadata import Topic, group_id
+from laminar.node.metadata import MetadataState, Recovery, Topic, group_id
 from laminar.node.node import Node
 from laminar.node.raft_state import save_state
 from laminar.node.rebalance import advance_recovery
@@ -264,6 +264,53 @@ def gate(amnesia: Amnesia, group: int, node: int) -> Callable[[Message], bool]:
 def reconnect(net: Net, a: int, b: int) -> None:
     net.cut.discard((a, b))
     net.cut.discard((b, a))
+
+
+def test_a_data_directory_of_another_node_is_refused(tmp_path: Path) -> None:
+    assert Amnesia(tmp_path).load_identity("c1", 1) is False, "empty: new or lost everything"
+    assert Amnesia(tmp_path).load_identity("c1", 1) is True
+    with pytest.raises(InvalidRequestError, match="belongs to node 1"):
+        Amnesia(tmp_path).load_identity("c1", 2)
+    with pytest.raises(InvalidRequestError):
+        Amnesia(tmp_path).load_identity("c2", 1)
+
+
+def test_a_log_that_reopens_below_its_durable_watermark_lost_state(tmp_path: Path) -> None:
+    amnesia = Amnesia(tmp_path)
+    (tmp_path / "p").mkdir()
+    assert not amnesia.opening(5, "p", tmp_path / "p")
+    amnesia.note_durable(5, 120)
+    snapshot = amnesia.watermarks_to_save()
+    assert snapshot == {"p": 120} and amnesia.watermarks_to_save() is None
+    amnesia.save_watermarks(snapshot)
+
+    restarted = Amnesia(tmp_path)
+    assert not restarted.opening(5, "p", tmp_path / "p")
+    assert not restarted.check_log(5, 120), "a log as long as its watermark is intact"
+    assert restarted.check_log(5, 80), "a bit flip cut everything from offset 80 on"
+    assert 5 in restarted.gated and restarted.incident(5)
+    again = Amnesia(tmp_path)  # the loss is durable: a restart does not forget it
+    assert again.opening(5, "p", tmp_path / "p") and 5 in again.gated
+
+
+def test_metadata_records_losses_of_assigned_replicas_only() -> None:
+    state = MetadataState()
+    state.apply({"op": "create_topic", "name": "t", "settings": SETTINGS, "replicas": [[1, 2, 3]]})
+    group = group_id(1, 0)
+    lost = {"op": "replica_lost", "group": group, "incident": "i1"}
+    assert state.apply({**lost, "node": 9}) is None, "node 9 holds no replica of it"
+    assert state.apply({**lost, "node": 3}) == Recovery("i1", voter=True)
+    recovered = {"op": "replica_recovered", "group": group, "node": 3}
+    assert state.apply({**recovered, "incident": "older"}) is None
+    assert (group, 3) in state.recovering
+    assert state.apply({**recovered, "incident": "i1"}) is not None
+    assert not state.recovering
+    # A replica that moves away needs no re-admission.
+    state.apply({**lost, "node": 3})
+    move = {"topic_id": 1, "partition": 0, "from": 3, "to": 4}
+    state.apply({"op": "start_move", **move})
+    state.apply({"op": "finish_move", **move})
+    assert not state.recovering
 
 
 # ---------------------------------------------------------------------------------------------

@@ -201,6 +201,9 @@ class MetadataState:
                 return None
             if op == "finish_move":
                 assignment.replicas = [target if r == source else r for r in assignment.replicas]
+            group = group_id(topic.topic_id, command["partition"])
+            # The replica that left the group needs no re-admission any more.
+            self.recovering.pop((group, source if op == "finish_move" else target), None)
             assignment.adding = assignment.removing = 0
         return assignment
 

@@ -86,8 +86,12 @@ class Placement:
         self._out_of_voters = {s for s in self._out_of_voters if s[:2] in recovering}
         for (group, node_id), recovery in list(recovering.items()):
             leader = node.metadata if group == METADATA_GROUP else node.runtime.replicas.get(group)
-            if leader is not None and leader.is_leader and node_id != node.node_id:
-                self._readmit(leader, node_id, recovery)
+            if leader is None or not leader.is_leader or node_id == node.node_id:
+                continue
+            topic = node.state.topics.get(leader.topic)
+            if topic is not None and topic.partitions[leader.partition].moving:
+                continue  # one membership plan at a time: after the move
+            self._readmit(leader, node_id, recovery)
         for topic in list(node.state.topics.values()):
             for index, assignment in enumerate(topic.partitions):
                 replica = node.runtime.replicas.get(group_id(topic.topic_id, index))

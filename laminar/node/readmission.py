@@ -81,6 +81,8 @@ class Readmission:
         else:
             needed = 1 if config.join else 0
         unknown_to: set[int] = set()
+        if needed:
+            log.info("empty data directory: asking peers whether this node is new", needed=needed)
         while len(unknown_to) < needed:
             for peer in node.peers.connected_peers():
                 if peer in unknown_to:
