@@ -267,8 +267,16 @@ def reconnect(net: Net, a: int, b: int) -> None:
 
 
 def test_a_data_directory_of_another_node_is_refused(tmp_path: Path) -> None:
-    assert Amnesia(tmp_path).load_identity("c1", 1) is False, "empty: new or lost everything"
-    assert Amnesia(tmp_path).load_identity("c1", 1) is True
+    first = Amnesia(tmp_path)
+    assert first.load_identity("c1", 1) is False, "empty: new or lost everything"
+    first.node_lost = True  # its peers knew it
+    first.save_identity()
+    restarted = Amnesia(tmp_path)
+    assert restarted.load_identity("c1", 1) is True
+    assert restarted.node_lost, "until its new incarnation registers, old replicas are lost"
+    restarted.registered()
+    final = Amnesia(tmp_path)
+    assert final.load_identity("c1", 1) and not final.node_lost
     with pytest.raises(InvalidRequestError, match="belongs to node 1"):
         Amnesia(tmp_path).load_identity("c1", 2)
     with pytest.raises(InvalidRequestError):

@@ -59,6 +59,7 @@ class Amnesia:
         self.directory = data_dir / MARKERS_DIR
         self.incarnation = ""
         """This data directory's identity, set by ``load_identity``."""
+        self._identity: dict[str, str | int] = {}
         self.node_lost = False
         """The whole data directory was lost; until the new incarnation is registered."""
         self._watermarks: dict[str, int] = self._read_watermarks()
@@ -111,26 +112,35 @@ class Amnesia:
 
     # node identity -----------------------------------------------------------------------
     def load_identity(self, cluster_id: str, node_id: int) -> bool:
-        """Read (or create) ``identity.json``; False if this data directory has none yet, so
-        the node is either new or lost everything (the caller asks its peers which)."""
-        path = self.data_dir / IDENTITY_FILE
+        """Read ``identity.json``; False if this data directory has none (nor any data from
+        before identities): the node is new or lost everything, and the caller asks its peers
+        which, then calls ``save_identity``. A directory of another node is refused."""
+        self._identity = {"cluster_id": cluster_id, "node_id": node_id}
         try:
-            data = json.loads(path.read_text())
+            data = json.loads((self.data_dir / IDENTITY_FILE).read_text())
         except FileNotFoundError:
             self.incarnation = uuid.uuid4().hex
-            had_data = any(self.data_dir.iterdir())  # a data directory from before identities
-            write_atomic(path, json.dumps(self.identity(cluster_id, node_id)).encode())
-            return had_data
+            return any(self.data_dir.iterdir())
         if data.get("cluster_id") != cluster_id or data.get("node_id") != node_id:
             raise InvalidRequestError(
                 f"{self.data_dir} belongs to node {data.get('node_id')} of cluster "
                 f"{data.get('cluster_id')!r}, not node {node_id} of {cluster_id!r}"
             )
         self.incarnation = str(data["incarnation"])
+        self.node_lost = bool(data.get("lost", False))
         return True
 
-    def identity(self, cluster_id: str, node_id: int) -> dict[str, str | int]:
-        return {"cluster_id": cluster_id, "node_id": node_id, "incarnation": self.incarnation}
+    def save_identity(self) -> None:
+        """Write ``identity.json``: with ``lost`` while the node's new incarnation is not yet
+        registered, so a crash meanwhile still treats its old replicas as lost."""
+        document = {**self._identity, "incarnation": self.incarnation, "lost": self.node_lost}
+        write_atomic(self.data_dir / IDENTITY_FILE, json.dumps(document).encode())
+
+    def registered(self) -> None:
+        """This incarnation's registration is applied: replicas assigned from now on are new."""
+        if self.node_lost:
+            self.node_lost = False
+            self.save_identity()
 
     # durable watermarks ------------------------------------------------------------------
     def _read_watermarks(self) -> dict[str, int]:

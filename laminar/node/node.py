@@ -90,6 +90,7 @@ class Node:
         if not known_dir:  # new, or lost everything: its peers know which
             await self._start_network()
             self.amnesia.node_lost = await self.readmission.ask_peers_if_known()
+            self.amnesia.save_identity()
         if self.config.peers:
             initial = sorted({*self.config.peers, self.node_id})
             voters = tuple(initial[: self.config.metadata_replicas])

@@ -61,7 +61,7 @@ class Readmission:
         """A committed metadata command was applied on this node."""
         op, node = command.get("op"), self.node
         if op == "register_node" and command.get("incarnation") == self.amnesia.incarnation:
-            self.amnesia.node_lost = False  # replicas assigned from now on are new
+            self.amnesia.registered()
         elif op == "replica_recovered" and command["node"] == node.node_id:
             replica = node.runtime.replicas.get(command["group"])
             if replica is not None:
