@@ -8,11 +8,13 @@ single record of a record batch, so the metadata group's Raft log is an ordinary
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.errors import (
     InvalidRequestError,
+    LaminarError,
     NotEnoughReplicasError,
     TopicExistsError,
     UnknownTopicError,
@@ -21,6 +23,8 @@ from laminar.errors import (
 METADATA_GROUP = 0
 PARTITION_BITS = 20
 MAX_PARTITIONS = 1 << PARTITION_BITS
+REMEMBERED_REQUESTS = 4096
+"""How many recent request ids the state machine remembers to answer a retried command."""
 
 
 def group_id(topic_id: int, partition: int) -> int:
@@ -69,6 +73,15 @@ class NodeInfo:
 
 
 @dataclass(slots=True)
+class Recovery:
+    """A replica that lost its state (``incident`` names the loss) and awaits re-admission;
+    ``voter``: it is to be a voter again (else it was a learner, nothing to undo)."""
+
+    incident: str
+    voter: bool
+
+
+@dataclass(slots=True)
 class MetadataState:
     """Applied state; ``apply`` is deterministic so every replica computes the same state."""
 
@@ -76,6 +89,36 @@ class MetadataState:
     nodes: dict[int, NodeInfo] = field(default_factory=dict)
     draining: set[int] = field(default_factory=set)
     next_topic_id: int = 1
+    recovering: dict[tuple[int, int], Recovery] = field(default_factory=dict)
+    """(group, node) -> replicas that lost their state and must not vote until re-admitted."""
+    outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
+    """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
+
+    def apply_once(self, command: dict[str, Any]) -> tuple[Any, bool]:
+        """Apply a command unless one with the same ``request_id`` was applied already.
+
+        A proposer whose wait was cut short (leader change) retries with the same request id,
+        so the command may reach the log twice; the second copy gets the first one's outcome
+        and changes nothing. Returns (result, applied_now); a remembered error is raised again.
+        """
+        request_id = command.get("request_id")
+        if not isinstance(request_id, str) or not request_id:
+            return self.apply(command), True
+        if request_id in self.outcomes:
+            outcome = self.outcomes[request_id]
+            if isinstance(outcome, LaminarError):
+                raise outcome
+            return outcome, False
+        try:
+            outcome = self.apply(command)
+        except LaminarError as exc:
+            outcome = exc
+        self.outcomes[request_id] = outcome
+        if len(self.outcomes) > REMEMBERED_REQUESTS:
+            self.outcomes.popitem(last=False)
+        if isinstance(outcome, LaminarError):
+            raise outcome
+        return outcome, True
 
     def apply(self, command: dict[str, Any]) -> Any:
         op = command.get("op")
@@ -89,6 +132,8 @@ class MetadataState:
             topic = self.topics.pop(command["name"], None)
             if topic is None:
                 raise UnknownTopicError(f"unknown topic {command['name']!r}")
+            for key in [k for k in self.recovering if k[0] >> PARTITION_BITS == topic.topic_id]:
+                del self.recovering[key]
             return topic
         if op == "set_leader":
             topic = self.topic_by_id(command["topic_id"])
@@ -101,12 +146,41 @@ class MetadataState:
             return assignment
         if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command)
+        if op == "replica_lost":
+            return self._replica_lost(command)
+        if op == "replica_recovered":
+            key = (command["group"], command["node"])
+            recovery = self.recovering.get(key)
+            if recovery is None or recovery.incident != command["incident"]:
+                return None
+            del self.recovering[key]
+            return recovery
         if op == "drain_node":
             if command["node_id"] not in self.nodes:
                 raise InvalidRequestError(f"node {command['node_id']} is not a cluster member")
             self.draining.add(command["node_id"])
             return command["node_id"]
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _replica_lost(self, command: dict[str, Any]) -> Recovery | None:
+        """A replica reports it lost its state; its group's leader will re-admit it."""
+        group, node, incident = int(command["group"]), int(command["node"]), command["incident"]
+        if not isinstance(incident, str) or not incident:
+            raise InvalidRequestError("replica_lost needs an incident id")
+        if group == METADATA_GROUP:
+            voter = bool(command.get("voter", True))  # decided by the metadata leader
+        else:
+            topic = self.topic_by_id(group >> PARTITION_BITS)
+            partition = group & (MAX_PARTITIONS - 1)
+            if topic is None or partition >= len(topic.partitions):
+                return None
+            assignment = topic.partitions[partition]
+            if node not in assignment.replicas and node != assignment.adding:
+                return None
+            voter = node in assignment.replicas
+        recovery = Recovery(incident, voter)
+        self.recovering[(group, node)] = recovery
+        return recovery
 
     def _move(self, op: str, command: dict[str, Any]) -> PartitionAssignment | None:
         """Moves replace one replica: start (the new one catches up), then finish; or abort
@@ -127,6 +201,9 @@ class MetadataState:
                 return None
             if op == "finish_move":
                 assignment.replicas = [target if r == source else r for r in assignment.replicas]
+            group = group_id(topic.topic_id, command["partition"])
+            # The replica that left the group needs no re-admission any more.
+            self.recovering.pop((group, source if op == "finish_move" else target), None)
             assignment.adding = assignment.removing = 0
         return assignment
 

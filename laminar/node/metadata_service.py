@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import structlog
 
 from laminar.errors import InvalidRequestError, LaminarError, NotLeaderError, RequestTimeoutError
 from laminar.node.metadata import (
+    METADATA_GROUP,
     TopicSettings,
     decode_command,
     encode_command,
@@ -42,11 +44,19 @@ class MetadataService:
         self.applied = -1
         """Last metadata offset applied on this node."""
         self._applied_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._waiters: dict[int, asyncio.Future[Any]] = {}
+        self._waiters: dict[int, tuple[str, asyncio.Future[Any]]] = {}
+        """Offset proposed at -> (request id, caller): an offset alone does not identify a
+        command, since after a leader change another command may be committed there."""
 
     async def propose(self, command: dict[str, Any], timeout: float = 10.0) -> Any:
         """Commit a metadata command (forwarded to the metadata leader) and wait until applied
-        on this node; returns the command's JSON-able result."""
+        on this node; returns the command's JSON-able result.
+
+        The command gets a request id once, here: a retry after a lost or replaced proposal
+        carries the same id, so the state machine applies it at most once and a retried
+        ``create_topic`` answers with the topic it created rather than TopicExistsError.
+        """
+        command = with_request_id(command)
         deadline = time.monotonic() + timeout
         while True:
             assert self.node.metadata is not None
@@ -65,14 +75,16 @@ class MetadataService:
                     )
                 await self.wait_applied(result["index"], deadline - time.monotonic())
                 return result
-            except (NotLeaderError, ConnectionError):
+            except (NotLeaderError, RequestTimeoutError, ConnectionError):
+                # Safe to retry: the request id makes a second copy a no-op.
                 if time.monotonic() > deadline:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
 
     async def serve_propose(self, peer: int, command: dict[str, Any]) -> Any:
         """Commit on behalf of a peer, forwarding once to the leader if this node is not it."""
-        assert self.node.metadata is not None
+        if self.node.metadata is None:
+            raise NotLeaderError("metadata not open yet")
         if self.node.metadata.is_leader:
             return await self._propose_local(command)
         leader = self.node.metadata.raft.leader_id
@@ -81,29 +93,49 @@ class MetadataService:
         raise NotLeaderError("not the metadata leader")
 
     async def serve_propose_here(self, _peer: int, command: dict[str, Any]) -> Any:
-        assert self.node.metadata is not None
-        if not self.node.metadata.is_leader:
+        if self.node.metadata is None or not self.node.metadata.is_leader:
             raise NotLeaderError("not the metadata leader")
         return await self._propose_local(command)
 
     async def _propose_local(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.node.metadata is not None
-        command = self._prepare(command)
+        command = self._prepare(with_request_id(command))
         data = record_batch.build_batch([(None, encode_command(command), (), now_ms())])
         index, _ = self.node.metadata.raft.propose(data, 1)
         future = asyncio.get_running_loop().create_future()
-        self._waiters[index] = future
+        self._waiters[index] = (command["request_id"], future)
         self.node.runtime.wake(self.node.metadata)
         try:
             result = await asyncio.wait_for(future, 10.0)
         except TimeoutError:
             raise RequestTimeoutError("metadata command did not commit in time") from None
         finally:
-            self._waiters.pop(index, None)
+            waiter = self._waiters.get(index)
+            if waiter is not None and waiter[1] is future:
+                del self._waiters[index]
         return {"index": index, "result": result}
+
+    def leadership_lost(self) -> None:
+        """This node stopped leading the metadata group: what it proposed may be replaced.
+
+        Waiters fail with NotLeaderError and ``propose`` retries with the same request id: if
+        the first copy commits after all, the retry is answered with its outcome.
+        """
+        self._fail_waiters(lambda _index: True, "metadata leadership lost")
+
+    def _fail_waiters(self, which: Any, reason: str) -> None:
+        for index in [i for i in self._waiters if which(i)]:
+            _request_id, future = self._waiters.pop(index)
+            if not future.done():
+                future.set_exception(NotLeaderError(reason))
 
     def _prepare(self, command: dict[str, Any]) -> dict[str, Any]:
         """On the metadata leader: turn a request into a deterministic command."""
+        if command.get("op") == "replica_lost" and command.get("group") == METADATA_GROUP:
+            # Only the metadata group's leader knows its voters: is the replica to vote again?
+            assert self.node.metadata is not None
+            conf = self.node.metadata.raft.conf
+            return {**command, "voter": command["node"] not in conf.learners}
         if command.get("op") != "create_topic" or "replicas" in command:
             return command
         validate_topic_name(command["name"])
@@ -128,12 +160,16 @@ class MetadataService:
 
     def apply(self, entry: Entry) -> None:
         """Apply one committed metadata entry (called by the runtime, in log order)."""
-        future = self._waiters.pop(entry.index, None)
+        if self._waiters:  # offsets below this one hold entries that were not our commands
+            self._fail_waiters(lambda i: i < entry.index, "metadata entry replaced")
+        waiter = self._waiters.pop(entry.index, None)
+        command: dict[str, Any] = {}
         try:
             record = record_batch.decode_records(entry.data)[0]
             command = decode_command(record.value or b"{}")
-            result = self.node.state.apply(command)
-            self.node.reconcile(command, result, entry.index)
+            result, applied_now = self.node.state.apply_once(command)
+            if applied_now:
+                self.node.reconcile(command, result, entry.index)
             outcome: Any = _jsonable(result)
         except LaminarError as exc:
             outcome = exc
@@ -141,20 +177,31 @@ class MetadataService:
             log.exception("metadata command failed", index=entry.index)
             outcome = InvalidRequestError(f"metadata command failed: {exc}")
         self.applied = entry.last
-        if future is not None and not future.done():
-            if isinstance(outcome, Exception):
+        if waiter is not None and not waiter[1].done():
+            request_id, future = waiter
+            if command.get("request_id") != request_id:
+                # Another leader's command took the offset ours was proposed at.
+                future.set_exception(NotLeaderError("metadata entry replaced by another command"))
+            elif isinstance(outcome, Exception):
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
         if self._applied_waiters:
             still = []
-            for index, waiter in self._applied_waiters:
+            for index, applied_waiter in self._applied_waiters:
                 if index <= self.applied:
-                    if not waiter.done():
-                        waiter.set_result(None)
+                    if not applied_waiter.done():
+                        applied_waiter.set_result(None)
                 else:
-                    still.append((index, waiter))
+                    still.append((index, applied_waiter))
             self._applied_waiters = still
+
+
+def with_request_id(command: dict[str, Any]) -> dict[str, Any]:
+    """The command with a unique ``request_id`` (kept if it has one already)."""
+    if isinstance(command.get("request_id"), str):
+        return command
+    return {**command, "request_id": uuid.uuid4().hex}
 
 
 def _jsonable(result: Any) -> Any:

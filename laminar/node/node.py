@@ -18,6 +18,7 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.membership.driver import SwimDriver
+from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
@@ -31,6 +32,7 @@ from laminar.node.metadata import (
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
+from laminar.node.readmission import Readmission
 from laminar.node.repair import ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
@@ -73,6 +75,9 @@ class Node:
         self.calls.register("propose", self.metadata_service.serve_propose)
         self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
+        self.amnesia = Amnesia(config.data_dir)
+        self.readmission = Readmission(self)
+        self.calls.register("knows", self.readmission.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
         self.swim = SwimDriver(
@@ -87,35 +92,41 @@ class Node:
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
+        if not known_dir:  # new, or lost everything: its peers know which
+            await self._start_network()
+            self.amnesia.node_lost = await self.readmission.ask_peers_if_known()
+            self.amnesia.save_identity()
         if self.config.peers:
             initial = sorted({*self.config.peers, self.node_id})
             voters = tuple(initial[: self.config.metadata_replicas])
             learners = tuple(n for n in initial if n not in voters)
         else:  # joining a running cluster: the metadata leader adds this node as a learner
             voters, learners = (), (self.node_id,)
+        metadata_dir = self.config.data_dir / "metadata"
+        lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
             METADATA_GROUP,
             self.node_id,
-            self.config.data_dir / "metadata",
+            metadata_dir,
             LogConfig(retention_ms=None, max_batch_bytes=self.config.max_batch_bytes),
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
             topic="__metadata",
         )
-        self.runtime.add(self.metadata)
+        self.readmission.metadata_start = self.metadata.raft.last_index
+        self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
-        await self.peers.start()
-        for node_id, address in self.config.peers.items():
-            self.peers.add_peer(node_id, address)
-        host, port = split_address(self.config.peer_listen)
-        await self.swim.start(host, port)
+        if known_dir:
+            await self._start_network()
         self.runtime.start()
         self._tasks = [
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._placement_loop(), name="placement"),
+            asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
         ]
         self.spawn(self._register())
         log.info(
@@ -125,6 +136,13 @@ class Node:
             peer_listen=self.config.peer_listen,
             metadata_voters=voters,
         )
+
+    async def _start_network(self) -> None:
+        await self.peers.start()
+        for node_id, address in self.config.peers.items():
+            self.peers.add_peer(node_id, address)
+        host, port = split_address(self.config.peer_listen)
+        await self.swim.start(host, port)
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
@@ -156,6 +174,7 @@ class Node:
             "node_id": self.node_id,
             "client_address": self.config.listen,
             "peer_address": self.config.peer_listen,
+            "incarnation": self.amnesia.incarnation,
         }
         while True:
             try:
@@ -167,12 +186,19 @@ class Node:
 
     # peers ---------------------------------------------------------------------------------
     def _send_raft(self, peer: int, messages: list[tuple[int, Any]]) -> None:
+        if self.amnesia.gated:
+            messages = self.amnesia.outgoing(messages)
         self.peers.send_raft(peer, messages)
 
     def _raft_received(self, peer: int, messages: list[tuple[int, Any]]) -> None:
         step = self.runtime.step
+        amnesia = self.amnesia if self.amnesia.filtering else None
         for group, message in messages:
-            if message.to == self.node_id and message.frm == peer:
+            if (
+                message.to == self.node_id
+                and message.frm == peer
+                and (amnesia is None or amnesia.admits(group, message))
+            ):
                 step(group, message)
 
     def _other_received(self, peer: int, which: str, body: Any) -> None:
@@ -224,6 +250,8 @@ class Node:
                     self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
+        elif op in ("register_node", "replica_recovered"):
+            self.readmission.applied(command)
         elif op == "start_move" and result is not None and result.adding == self.node_id:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
@@ -240,8 +268,10 @@ class Node:
                     self.spawn(self._delete_files(replica))
 
     async def _delete_files(self, replica: Replica) -> None:
+        self.amnesia.closed(replica.group)
         await replica.log_closed.wait()
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
+        self.amnesia.forget(replica.directory.name)
 
     def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:
         """One directory per assignment: a replica assigned again later (a move back) starts
@@ -259,6 +289,7 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
+        lost = self.amnesia.opening(group, directory.name, directory)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -279,12 +310,19 @@ class Node:
             topic=topic.name,
             partition=partition,
         )
-        self.runtime.add(replica)
-        if replicas[0] == self.node_id and replica.raft.term == 0 and not assignment.moving:
+        lost = self.readmission.opened(replica, lost)
+        if (
+            replicas[0] == self.node_id
+            and replica.raft.term == 0
+            and not assignment.moving
+            and not lost
+        ):
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
 
     def _leader_changed(self, replica: Replica) -> None:
+        if replica.group == METADATA_GROUP and not replica.is_leader:
+            self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:
             return
         topic = self.state.topics.get(replica.topic)

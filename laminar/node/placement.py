@@ -16,8 +16,15 @@ import structlog
 
 from laminar.errors import LaminarError
 from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent
-from laminar.node.metadata import group_id
-from laminar.node.rebalance import Move, advance_move, move_done, plan_moves, undo_move
+from laminar.node.metadata import METADATA_GROUP, Recovery, group_id
+from laminar.node.rebalance import (
+    Move,
+    advance_move,
+    advance_recovery,
+    move_done,
+    plan_moves,
+    undo_move,
+)
 from laminar.raft import ConfChange, ConfChangeType
 
 if TYPE_CHECKING:
@@ -36,8 +43,10 @@ class Placement:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._dead_since: dict[int, float] = {}
-        self._proposing: set[tuple[str, int, int]] = set()
         self._last_transfer: dict[int, float] = {}
+        self._proposing: set[tuple[tuple[str, int | str], ...]] = set()
+        self._out_of_voters: set[tuple[int, int, str, int]] = set()
+        """(group, node, incident, leader term): a recovering replica seen out of the voters."""
 
     # membership ------------------------------------------------------------------------------
     def on_member_event(self, event: MemberEvent) -> None:
@@ -79,6 +88,16 @@ class Placement:
             for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
+        recovering = node.state.recovering
+        self._out_of_voters = {s for s in self._out_of_voters if s[:2] in recovering}
+        for (group, node_id), recovery in list(recovering.items()):
+            leader = node.metadata if group == METADATA_GROUP else node.runtime.replicas.get(group)
+            if leader is None or not leader.is_leader or node_id == node.node_id:
+                continue
+            topic = node.state.topics.get(leader.topic)
+            if topic is not None and topic.partitions[leader.partition].moving:
+                continue  # one membership plan at a time: after the move
+            self._readmit(leader, node_id, recovery)
         for topic in list(node.state.topics.values()):
             for index, assignment in enumerate(topic.partitions):
                 replica = node.runtime.replicas.get(group_id(topic.topic_id, index))
@@ -87,8 +106,27 @@ class Placement:
                 if assignment.moving:
                     move = Move(topic.topic_id, index, assignment.removing, assignment.adding)
                     self._advance(replica, move, gone)
-                else:
+                elif (replica.group, assignment.replicas[0]) not in node.state.recovering:
                     self._prefer_leader(replica, assignment.replicas[0], live)
+
+    def _readmit(self, replica: Replica, node_id: int, recovery: Recovery) -> None:
+        """On a group's leader: re-admit a replica that lost its state (see amnesia.py)."""
+        raft = replica.raft
+        seen = (replica.group, node_id, recovery.incident, raft.term)
+        done = not recovery.voter
+        if not done:
+            try:
+                done = advance_recovery(raft, node_id, seen in self._out_of_voters)
+            except LaminarError as exc:
+                log.debug("re-admission step deferred", node=node_id, reason=str(exc))
+                return
+            if node_id not in raft.conf.voters:
+                self._out_of_voters.add(seen)
+            self.node.runtime.wake(replica)
+        if done:
+            log.info("replica that lost its state re-admitted", group=replica.group, node=node_id)
+            command = {"op": "replica_recovered", "group": replica.group, "node": node_id}
+            self._propose({**command, "incident": recovery.incident})
 
     def _advance(self, replica: Replica, move: Move, gone: set[int]) -> None:
         raft = replica.raft
@@ -143,7 +181,7 @@ class Placement:
                 return  # one change at a time
 
     def _propose(self, command: dict[str, int | str]) -> None:
-        key = (str(command["op"]), int(command["topic_id"]), int(command["partition"]))
+        key = tuple(sorted(command.items()))
         if key in self._proposing:
             return
         self._proposing.add(key)

@@ -130,6 +130,31 @@ def advance_move(raft: RaftNode, source: int, target: int) -> bool:
     return False
 
 
+def advance_recovery(raft: RaftNode, node: int, removed: bool) -> bool:
+    """Take the next Raft step of re-admitting a voter that lost its state; True once done.
+
+    The replica leaves the voters, comes back as a learner and is promoted once it holds the
+    leader's whole log (the way a move adds a replica). ``removed``: the caller saw it out of
+    the voters in this leader term, so a voter now is one promoted since. Removing it first
+    is what makes its old votes harmless: the removal commits on a majority that intersects
+    every majority it voted in, so it happens in a later term than any of its old votes.
+    """
+    conf = raft.conf
+    if not conf.same_members(raft.committed_conf):
+        return False  # one change at a time: wait for the pending one to commit
+    if node in conf.voters:
+        if removed:
+            return True
+        raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, node))
+    elif node in conf.learners:
+        progress = raft.status().progress.get(node)
+        if progress is not None and progress.match >= raft.last_index - CAUGHT_UP_LAG:
+            raft.propose_conf_change(ConfChange(ConfChangeType.PROMOTE, node))
+    else:
+        raft.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, node))
+    return False
+
+
 def undo_move(raft: RaftNode, target: int) -> bool:
     """Take the next Raft step of abandoning a move whose target is gone (called only while the
     move is not done, so the source is still a member); True once the target is out of the

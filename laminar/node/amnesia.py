@@ -1,0 +1,253 @@
+"""Replicas that lost their state: detect it, keep them from voting, mark them re-admitted.
+
+Raft assumes a voter's log and vote survive restarts. A replica whose directory was wiped,
+or whose log lost acknowledged batches, breaks that: with an empty log and no vote it would
+grant votes to candidates lacking committed entries, and could vote twice in one term.
+
+Every replica this node creates gets a marker, ``<data_dir>/replicas/<name>.json``, written
+durably before the replica takes part in its group. Opening a replica whose marker exists but
+whose directory is gone means the replica lost its state. Such a replica is *gated* until its
+group re-admits it: it grants no vote, never campaigns and ignores leader transfers; its
+acknowledgements stay truthful (it acks only what it holds durably), so nothing else changes.
+The group's leader removes it from the voters, adds it back as a learner, promotes it once it
+holds the leader's whole log (``rebalance.advance_recovery``) and commits ``replica_recovered``
+in the metadata; applying that lifts the gate. From then on the replica grants no vote in a
+term at or below the one it had when re-admitted (its ``vote_floor``), the terms in which it
+may have voted before the loss. See docs/ARCHITECTURE.md, "Replicas that lost state".
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import structlog
+
+from laminar.errors import InvalidRequestError
+from laminar.node.raft_codec import GroupMessage
+from laminar.raft import Message, MessageType
+from laminar.segment.fileio import write_atomic
+
+log = structlog.get_logger(__name__)
+
+MARKERS_DIR = "replicas"
+IDENTITY_FILE = "identity.json"
+WATERMARKS_FILE = "watermarks.json"
+_ELECTION = frozenset({MessageType.VOTE, MessageType.PRE_VOTE, MessageType.TIMEOUT_NOW})
+_CANDIDACY = frozenset({MessageType.VOTE, MessageType.PRE_VOTE})
+
+
+@dataclass(slots=True)
+class Marker:
+    """What this node durably knows about one replica it created."""
+
+    lost: bool = False
+    """The replica lost its state and its group has not re-admitted it yet."""
+    incident: str = ""
+    """Names the loss, so a re-admission of an earlier loss does not lift a later one."""
+    vote_floor: int = -1
+    """No vote is granted in a term at or below this one."""
+
+
+class Amnesia:
+    """Markers and gates of the replicas on one node."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.directory = data_dir / MARKERS_DIR
+        self.incarnation = ""
+        """This data directory's identity, set by ``load_identity``."""
+        self._identity: dict[str, str | int] = {}
+        self.node_lost = False
+        """The whole data directory was lost; until the new incarnation is registered."""
+        self._watermarks: dict[str, int] = self._read_watermarks()
+        self._saved_watermarks: dict[str, int] = dict(self._watermarks)
+        self.markers: dict[int, tuple[str, Marker]] = {}
+        """group -> (replica name, marker) of every open replica."""
+        self.gated: set[int] = set()
+        """Groups whose replica lost state and is not yet re-admitted."""
+        self._floors: dict[int, int] = {}
+
+    def _path(self, name: str) -> Path:
+        return self.directory / f"{name}.json"
+
+    def _write(self, name: str, marker: Marker) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path(name), json.dumps(asdict(marker)).encode())
+
+    def _read(self, name: str) -> Marker | None:
+        try:
+            data = json.loads(self._path(name).read_text())
+        except FileNotFoundError:
+            return None
+        return Marker(bool(data["lost"]), str(data["incident"]), int(data["vote_floor"]))
+
+    def opening(self, group: int, name: str, directory: Path) -> bool:
+        """Call before opening a replica's directory; True if the replica lost its state.
+
+        While ``node_lost`` holds (this node's whole data directory was lost and its new
+        incarnation is not registered yet), every replica it opens was assigned to it before
+        the loss: lost too, marker or not.
+        """
+        marker = self._read(name)
+        if marker is None:
+            marker = Marker(lost=True, incident=uuid.uuid4().hex) if self.node_lost else Marker()
+            self._write(name, marker)
+        elif not marker.lost and not directory.exists():
+            marker = Marker(lost=True, incident=uuid.uuid4().hex, vote_floor=marker.vote_floor)
+            self._write(name, marker)
+        self.markers[group] = (name, marker)
+        if marker.vote_floor >= 0:
+            self._floors[group] = marker.vote_floor
+        if marker.lost:
+            self.gated.add(group)
+            log.warning(
+                "replica lost its state: it will not vote until its group re-admits it",
+                replica=name,
+                incident=marker.incident,
+            )
+        return marker.lost
+
+    # node identity -----------------------------------------------------------------------
+    def load_identity(self, cluster_id: str, node_id: int) -> bool:
+        """Read ``identity.json``; False if this data directory has none (nor any data from
+        before identities): the node is new or lost everything, and the caller asks its peers
+        which, then calls ``save_identity``. A directory of another node is refused."""
+        self._identity = {"cluster_id": cluster_id, "node_id": node_id}
+        try:
+            data = json.loads((self.data_dir / IDENTITY_FILE).read_text())
+        except FileNotFoundError:
+            self.incarnation = uuid.uuid4().hex
+            return any(self.data_dir.iterdir())
+        if data.get("cluster_id") != cluster_id or data.get("node_id") != node_id:
+            raise InvalidRequestError(
+                f"{self.data_dir} belongs to node {data.get('node_id')} of cluster "
+                f"{data.get('cluster_id')!r}, not node {node_id} of {cluster_id!r}"
+            )
+        self.incarnation = str(data["incarnation"])
+        self.node_lost = bool(data.get("lost", False))
+        return True
+
+    def save_identity(self) -> None:
+        """Write ``identity.json``: with ``lost`` while the node's new incarnation is not yet
+        registered, so a crash meanwhile still treats its old replicas as lost."""
+        document = {**self._identity, "incarnation": self.incarnation, "lost": self.node_lost}
+        write_atomic(self.data_dir / IDENTITY_FILE, json.dumps(document).encode())
+
+    def registered(self) -> None:
+        """This incarnation's registration is applied: replicas assigned from now on are new."""
+        if self.node_lost:
+            self.node_lost = False
+            self.save_identity()
+
+    # durable watermarks ------------------------------------------------------------------
+    def _read_watermarks(self) -> dict[str, int]:
+        try:
+            data = json.loads((self.directory / WATERMARKS_FILE).read_text())
+        except FileNotFoundError:
+            return {}
+        return {str(name): int(end) for name, end in data.items()}
+
+    def note_durable(self, group: int, end: int) -> None:
+        """Remember how far a replica's log is known durable (saved by ``save_watermarks``)."""
+        entry = self.markers.get(group)
+        if entry is not None and not entry[1].lost:
+            self._watermarks[entry[0]] = end
+
+    def watermarks_to_save(self) -> dict[str, int] | None:
+        """The watermarks to persist, if they moved since the last save."""
+        if self._watermarks == self._saved_watermarks:
+            return None
+        self._saved_watermarks = dict(self._watermarks)
+        return self._saved_watermarks
+
+    def save_watermarks(self, snapshot: dict[str, int]) -> None:
+        """Persist watermarks (runs in a worker thread, about once a second).
+
+        A log that reopens shorter than its saved watermark lost batches that were fsynced,
+        and maybe acknowledged: a bit flip or a cut file in the active segment, whose recovery
+        cuts everything from the first bad batch on. Watermarks lag by up to a save interval;
+        what the log lost after the last save goes unnoticed (see ARCHITECTURE.md)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.directory / WATERMARKS_FILE, json.dumps(snapshot).encode())
+
+    def check_log(self, group: int, end: int) -> bool:
+        """Call after opening a replica's log; True (and the replica is lost) if the log ends
+        below its saved watermark."""
+        entry = self.markers.get(group)
+        if entry is None:
+            return False
+        mark = self._watermarks.get(entry[0])
+        if mark is None or end >= mark or entry[1].lost:
+            return entry[1].lost
+        log.warning(
+            "replica log ends below what it had made durable",
+            replica=entry[0],
+            log_end=end,
+            durable_end=mark,
+        )
+        self.lose(group)
+        return True
+
+    def lose(self, group: int) -> None:
+        """The replica's log lost batches it had made durable (and may have acknowledged)."""
+        name, marker = self.markers[group]
+        if marker.lost:
+            return
+        marker = Marker(lost=True, incident=uuid.uuid4().hex, vote_floor=marker.vote_floor)
+        self._write(name, marker)
+        self.markers[group] = (name, marker)
+        self.gated.add(group)
+
+    def incident(self, group: int) -> str:
+        entry = self.markers.get(group)
+        return entry[1].incident if entry is not None and entry[1].lost else ""
+
+    def recovered(self, group: int, incident: str, term: int) -> bool:
+        """The group re-admitted this replica (``incident`` names the loss); ``term`` is the
+        replica's current term, the highest it may have voted in before the loss."""
+        entry = self.markers.get(group)
+        if entry is None or not entry[1].lost or entry[1].incident != incident:
+            return False
+        name, _ = entry
+        marker = Marker(lost=False, incident=incident, vote_floor=term)
+        self._watermarks.pop(name, None)
+        self._write(name, marker)
+        self.markers[group] = (name, marker)
+        self._floors[group] = term
+        self.gated.discard(group)
+        log.info("replica re-admitted to its group", replica=name, vote_floor=term)
+        return True
+
+    def closed(self, group: int) -> None:
+        self.markers.pop(group, None)
+        self.gated.discard(group)
+        self._floors.pop(group, None)
+
+    def forget(self, name: str) -> None:
+        """The replica's files are deleted for good (topic deleted, replica moved away)."""
+        self._path(name).unlink(missing_ok=True)
+        self._watermarks.pop(name, None)
+
+    # message filters ---------------------------------------------------------------------
+    @property
+    def filtering(self) -> bool:
+        return bool(self.gated or self._floors)
+
+    def admits(self, group: int, message: Message) -> bool:
+        """Whether an incoming message may reach the group's Raft core."""
+        if message.type not in _ELECTION:
+            return True
+        if group in self.gated:
+            return False
+        floor = self._floors.get(group)
+        return floor is None or message.term > floor or message.type is MessageType.TIMEOUT_NOW
+
+    def outgoing(self, messages: list[GroupMessage]) -> list[GroupMessage]:
+        """Drop the vote requests of gated replicas (they must never lead)."""
+        if not self.gated:
+            return messages
+        gated = self.gated
+        return [(g, m) for g, m in messages if g not in gated or m.type not in _CANDIDACY]
