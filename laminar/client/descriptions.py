@@ -80,7 +80,7 @@ class Move:
 
 @dataclass(slots=True, frozen=True)
 class ReplicaFault:
-    """A replica that is not serving: offline after a storage fault, or rejoining."""
+    """A replica that is not serving: offline after a storage fault, or lost state."""
 
     topic: str
     partition: int

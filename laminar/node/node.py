@@ -51,13 +51,12 @@ class Node:
         self.state = MetadataState()
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
-        self.repair = ReplicaRepair(self)
         self.runtime = MultiRaft(
             self.node_id,
             config.tick_ms / 1000,
             self._send_raft,
             self._leader_changed,
-            on_replica_failed=self.repair.replica_failed,
+            on_replica_failed=lambda replica, error: self.repair.replica_failed(replica, error),
         )
         self.peers = PeerNetwork(
             self.node_id,
@@ -77,6 +76,14 @@ class Node:
         self.calls.register("status", self._serve_status)
         self.amnesia = Amnesia(config.data_dir)
         self.readmission = Readmission(self)
+        self.repair = ReplicaRepair(
+            self.node_id,
+            self.state,
+            self.runtime,
+            self.amnesia,
+            self.readmission.opened,
+            self.spawn,
+        )
         self.calls.register("knows", self.readmission.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None

@@ -3,11 +3,12 @@
 The node's reaction to ``replica_failed``: record the fault (what `cluster status` shows),
 then reopen the replica from its directory after a backoff, as long as this node is still
 assigned the partition. Opening runs segment recovery, which cuts a torn or corrupt tail of the
-active segment. After a crc failure (CorruptLogError) every batch is checked first, sealed
-segments too, and the log is cut before the first damaged one: such a replica may have
-acknowledged entries it no longer holds, so it rejoins without voting or campaigning until it
-has them again from the leader (Replica.rejoin_end). A fault in the metadata group stops the
-node: its state machine cannot be replayed into a running node.
+active segment. After a crc failure (CorruptLogError) every batch is checked, sealed segments
+too, and the log is cut before the first damaged one. A replica whose log came back shorter
+than it had made durable may have acknowledged entries it no longer holds: it is hosted as a
+replica that lost its state (amnesia.py), so it votes again only once its group has
+re-admitted it. A fault in the metadata group stops the node: its state machine cannot be
+replayed into a running node.
 """
 
 from __future__ import annotations
@@ -16,18 +17,17 @@ import asyncio
 import os
 import shutil
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import structlog
 
 from laminar.errors import CorruptLogError
-from laminar.node.metadata import METADATA_GROUP, group_id
+from laminar.node.amnesia import Amnesia
+from laminar.node.metadata import METADATA_GROUP, MetadataState, group_id
 from laminar.node.replica import Replica
-from laminar.node.runtime import EXIT_STORAGE_FAILURE
-
-if TYPE_CHECKING:
-    from laminar.node.node import Node
+from laminar.node.runtime import EXIT_STORAGE_FAILURE, MultiRaft
 
 log = structlog.get_logger(__name__)
 
@@ -36,6 +36,10 @@ MAX_RETRY_S = 10.0
 STRIKE_MEMORY_S = 60.0
 """Faults of one group closer together than this back its repairs off further; a repaired
 replica declines leadership handed to it for this long (placement prefers first replicas)."""
+
+Host = Callable[[Replica, bool], bool]
+"""Hosts a reopened replica (Readmission.opened): (replica, lost) -> whether it lost state."""
+Spawn = Callable[[Coroutine[Any, Any, None]], object]
 
 
 @dataclass(slots=True)
@@ -53,8 +57,21 @@ class ReplicaFault:
 
 
 class ReplicaRepair:
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(
+        self,
+        node_id: int,
+        state: MetadataState,
+        runtime: MultiRaft,
+        amnesia: Amnesia,
+        host: Host,
+        spawn: Spawn,
+    ) -> None:
+        self.node_id = node_id
+        self.state = state
+        self.runtime = runtime
+        self.amnesia = amnesia
+        self.host = host
+        self.spawn = spawn
         self.faults: dict[int, ReplicaFault] = {}
         self._strikes: dict[int, tuple[int, float]] = {}
 
@@ -76,14 +93,13 @@ class ReplicaRepair:
         )
         self.faults[replica.group] = fault
         delay = min(FIRST_RETRY_S * 2 ** (strikes - 1), MAX_RETRY_S)
-        cut_damage = isinstance(error, CorruptLogError)
-        self.node.spawn(self._repair(replica, fault, delay, cut_damage))
+        check_damage = isinstance(error, CorruptLogError)
+        self.spawn(self._repair(replica, fault, delay, check_damage))
 
     async def _repair(
-        self, failed: Replica, fault: ReplicaFault, delay: float, cut_damage: bool
+        self, failed: Replica, fault: ReplicaFault, delay: float, check_damage: bool
     ) -> None:
         await failed.log_closed.wait()
-        assert failed.reopen is not None
         while True:
             await asyncio.sleep(delay)
             if not self._still_wanted(failed):
@@ -92,7 +108,7 @@ class ReplicaRepair:
             fault.state = "reopening"
             fault.attempts += 1
             try:
-                fresh = await asyncio.to_thread(failed.reopen, cut_damage=cut_damage)
+                fresh = await self._reopen(failed, check_damage)
             except Exception as exc:
                 fault.state, fault.error = "offline", f"{type(exc).__name__}: {exc}"
                 log.warning("replica repair failed; retrying", group=failed.group, error=str(exc))
@@ -104,32 +120,64 @@ class ReplicaRepair:
                 return
             self.faults.pop(failed.group, None)
             fresh.shun_leadership_until = time.monotonic() + STRIKE_MEMORY_S
-            self.node.runtime.add(fresh)
+            lost = self.host(fresh, False)  # the log is checked against its durable watermark
             log.info(
                 "replica reopened",
                 group=failed.group,
                 topic=failed.topic,
                 partition=failed.partition,
                 end_offset=fresh.log.end_offset,
-                rejoin_end=fresh.rejoin_end,
+                lost_state=lost,
             )
             return
 
+    async def _reopen(self, failed: Replica, check_damage: bool) -> Replica:
+        """Open the replica again; with ``check_damage`` crc-check every batch first and cut the
+        log before the first damaged one, once the replica is durably marked as lost (a crash
+        between the cut and the mark would otherwise let it vote with the shortened log)."""
+        assert failed.reopen is not None
+        fresh = await asyncio.to_thread(failed.reopen)
+        if not check_damage:
+            return fresh
+        try:
+            damaged = await asyncio.to_thread(_is_damaged, fresh)
+            if not damaged:
+                return fresh
+            self.amnesia.lose(failed.group)
+            await asyncio.to_thread(fresh.log.cut_at_damage)
+        except BaseException:
+            fresh.close()
+            raise
+        fresh.close()  # the Raft core read the log before the cut: open it afresh
+        return await asyncio.to_thread(failed.reopen)
+
     def _still_wanted(self, failed: Replica) -> bool:
         """This node is still assigned the partition and hosts no other replica of it."""
-        node = self.node
-        if failed.group in node.runtime.replicas:
+        if failed.group in self.runtime.replicas:
             return False
-        topic = node.state.topics.get(failed.topic)
+        topic = self.state.topics.get(failed.topic)
         if topic is None or group_id(topic.topic_id, failed.partition) != failed.group:
             return False
         assignment = topic.partitions[failed.partition]
-        return node.node_id in assignment.replicas or assignment.adding == node.node_id
+        return self.node_id in assignment.replicas or assignment.adding == self.node_id
 
     async def _forget(self, failed: Replica) -> None:
         """The partition left this node while its replica was offline: drop the files too."""
         self.faults.pop(failed.group, None)
-        hosted = self.node.runtime.replicas.get(failed.group)
+        hosted = self.runtime.replicas.get(failed.group)
         if hosted is None or hosted.directory != failed.directory:
             log.info("offline replica no longer assigned here; deleting", group=failed.group)
+            if hosted is None:
+                self.amnesia.closed(failed.group)
             await asyncio.to_thread(shutil.rmtree, failed.directory, True)
+            self.amnesia.forget(failed.directory.name)
+
+
+def _is_damaged(replica: Replica) -> bool:
+    """Whether any batch of the replica's log (or its index) fails its check."""
+    try:
+        replica.log.verify()
+    except CorruptLogError as exc:
+        log.warning("replica log is damaged", group=replica.group, error=str(exc))
+        return True
+    return False

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,11 +15,7 @@ from laminar.errors import NotLeaderError
 from laminar.node.log_storage import LogStorage
 from laminar.node.raft_state import load_state
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
-from laminar.segment.fileio import fsync_dir, write_atomic
 from laminar.segment.log import LogConfig, PartitionLog
-
-REJOIN_FILE = "rejoin.json"
-"""Present while a replica whose log was cut (damage) catches up again; holds the lost end."""
 
 
 @dataclass(slots=True)
@@ -63,13 +57,10 @@ class Replica:
     Set by the runtime only after a Ready's entries are written (``refresh_high_watermark``):
     a follower's Raft commit moves when a message arrives, before a conflicting stale tail is
     cut from the log, and a fetch in between must not read that tail as committed."""
-    rejoin_end: int = -1
-    """The log's end before a repair cut damaged entries from it (-1: nothing lost). Until the
-    log is durable up to there again, this replica may have acknowledged entries it no longer
-    holds: it must neither vote nor campaign (the runtime withholds both)."""
     shun_leadership_until: float = 0.0
-    """time.monotonic() until which this replica declines leadership handed to it (it was
-    repaired after a fault lately: a full disk would fail it again as the leader)."""
+    """time.monotonic() until which this replica declines leadership handed to it and campaigns
+    at half speed (it was repaired after a fault lately: a disk still full would fail it again
+    as the leader). Whether it may vote at all is the amnesia gate's business (amnesia.py)."""
     reopen: Callable[..., Replica] | None = None
     """Opens this replica again from its directory, with the arguments it was opened with."""
     closed: bool = False
@@ -85,19 +76,15 @@ class Replica:
         log_config: LogConfig,
         initial_conf: ConfState,
         raft_config: RaftConfig,
-        *,
-        cut_damage: bool = False,
         **kwargs: Any,
     ) -> Replica:
-        """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
-        crc-checked first and the log cut before the first damaged one (a repair)."""
+        """Open (or create) the replica in ``directory``."""
         reopen = functools.partial(
             cls.open, group, node_id, directory, log_config, initial_conf, raft_config, **kwargs
         )
         directory.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(directory / "log", log_config)
         try:
-            rejoin_end = _cut_damage(directory, log) if cut_damage else _load_rejoin(directory)
             storage = LogStorage(log)
             hard, conf = load_state(directory)
         except BaseException:
@@ -114,31 +101,15 @@ class Replica:
             raft,
             saved=saved,
             conf=conf,
-            rejoin_end=rejoin_end,
             reopen=reopen,
             **kwargs,
         )
         replica.refresh_high_watermark()
         return replica
 
-    @property
-    def rejoining(self) -> bool:
-        """Lost acknowledged entries and has not caught up yet (votes and campaigns withheld)."""
-        return self.rejoin_end >= 0
-
     def accepts_leadership(self) -> bool:
         """Whether a leader may hand leadership to this replica (TIMEOUT_NOW)."""
-        return not self.rejoining and time.monotonic() >= self.shun_leadership_until
-
-    def check_rejoined(self) -> bool:
-        """End the rejoin once the log is durable up to the end it had lost; True if it ended."""
-        if self.rejoin_end < 0 or self.log.durable_offset < self.rejoin_end:
-            return False
-        self.rejoin_end = -1
-        with contextlib.suppress(FileNotFoundError):
-            (self.directory / REJOIN_FILE).unlink()
-        fsync_dir(self.directory)
-        return True
+        return time.monotonic() >= self.shun_leadership_until
 
     def refresh_high_watermark(self) -> bool:
         """Recompute the high watermark once the log holds what the core handed out; returns
@@ -208,24 +179,3 @@ class Replica:
             self.log.close()
         finally:
             self.log_closed.set()
-
-
-def _cut_damage(directory: Path, log: PartitionLog) -> int:
-    """Cut damaged batches from the log; returns the rejoin end (see Replica.rejoin_end).
-
-    The marker is written before the cut, so a crash in between still withholds the vote."""
-    end = max(log.end_offset, _load_rejoin(directory))
-    write_atomic(directory / REJOIN_FILE, json.dumps({"until": end}).encode())
-    cut = log.cut_at_damage()
-    if cut is None and end == log.end_offset:
-        (directory / REJOIN_FILE).unlink()
-        fsync_dir(directory)
-        return -1
-    return end
-
-
-def _load_rejoin(directory: Path) -> int:
-    try:
-        return int(json.loads((directory / REJOIN_FILE).read_bytes())["until"])
-    except FileNotFoundError:
-        return -1

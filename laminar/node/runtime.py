@@ -31,7 +31,6 @@ from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
 
-_VOTE_REPLIES = (MessageType.VOTE_RESP, MessageType.PRE_VOTE_RESP)
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
 FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
@@ -122,7 +121,7 @@ class MultiRaft:
         if replica is None:
             return  # not (yet) hosted here: the sender retries
         if message.type is _TIMEOUT_NOW and not replica.accepts_leadership():
-            return  # lost entries, or failed lately (see Replica.rejoin_end, shun_leadership)
+            return  # repaired after a fault lately (see Replica.shun_leadership_until)
         try:
             replica.raft.step(message)
         except Exception as exc:
@@ -204,7 +203,6 @@ class MultiRaft:
 
     def _process(self, replica: Replica) -> None:
         raft = replica.raft
-        rejoining = replica.rejoining
         while raft.has_ready():
             ready = raft.ready()
             storage = replica.storage
@@ -223,8 +221,6 @@ class MultiRaft:
             if ready.hard_state is not None or ready.conf_state is not None:
                 self._dirty.add(replica)
             for message in ready.messages:
-                if rejoining and message.type in _VOTE_REPLIES and not message.reject:
-                    continue  # lost entries it may have acknowledged: no vote counts
                 if message.after_persist:
                     replica.after_persist.append(message)
                     self._dirty.add(replica)  # released by the next flush pass
@@ -238,8 +234,6 @@ class MultiRaft:
         # the high watermark may follow the commit.
         if replica.refresh_high_watermark():
             replica.wake_fetchers()
-        if rejoining and replica.check_rejoined():
-            log.info("replica caught up again; it votes", group=replica.group, topic=replica.topic)
         if raft.quiesced and not replica.after_persist:
             self._active.discard(replica)
         else:  # woken by a local call (a leader transfer): it needs ticks to time that out
@@ -289,8 +283,6 @@ class MultiRaft:
                 if replica.closed:
                     self._active.discard(replica)
                     continue
-                if replica.rejoining:
-                    continue  # only elections need a follower's ticks, and it may not campaign
                 if ticks & 1 and replica.shun_leadership_until > now and not replica.is_leader:
                     continue  # repaired lately: campaigns at half speed, a healthy peer goes first
                 try:

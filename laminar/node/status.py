@@ -1,5 +1,6 @@
 """What `laminar cluster status` shows: each leader's view of its partitions, and every node's
-replicas that are not serving (offline after a fault, or rejoining after a repair), gathered."""
+replicas that are not serving (offline after a fault, or lost state and awaiting re-admission),
+gathered."""
 
 from __future__ import annotations
 
@@ -17,8 +18,12 @@ def local_status(node: Node) -> dict[str, list[dict[str, Any]]]:
     return {"partitions": led_partitions(node), "faults": replica_faults(node)}
 
 
+LOST_STATE = "lost state: re-admitting (not voting)"
+
+
 def replica_faults(node: Node) -> list[dict[str, Any]]:
-    """Replicas of this node that are offline after a fault or rejoining after a repair."""
+    """Replicas of this node that are offline after a fault, or hosted but lost their state
+    and not yet re-admitted by their group (amnesia.py: they grant no vote meanwhile)."""
     out = [
         {
             "topic": fault.topic,
@@ -29,15 +34,16 @@ def replica_faults(node: Node) -> list[dict[str, Any]]:
         }
         for fault in node.repair.faults.values()
     ]
-    for replica in node.runtime.replicas.values():
-        if replica.rejoining:
+    for group in sorted(node.amnesia.gated):
+        replica = node.runtime.replicas.get(group)
+        if replica is not None:
             out.append(
                 {
                     "topic": replica.topic,
                     "partition": replica.partition,
                     "node_id": node.node_id,
-                    "state": f"rejoining (not voting until offset {replica.rejoin_end})",
-                    "error": "",
+                    "state": LOST_STATE,
+                    "error": f"incident {node.amnesia.incident(group)}",
                 }
             )
     return out

@@ -197,7 +197,7 @@ struct ReplicaFault {
   topic @0 :Text;
   partition @1 :UInt32;
   nodeId @2 :UInt32;
-  state @3 :Text;             # offline, reopening, rejoining (...)
+  state @3 :Text;             # offline, reopening, lost state: re-admitting (...)
   error @4 :Text;             # the fault that took it offline
 }
 
@@ -206,5 +206,5 @@ struct ClusterStatus {
   partitions @1 :List(PartitionStatus);
   metadataLeader @2 :UInt32;
   moves @3 :List(Move);
-  faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or rejoining
+  faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or lost state
 }
