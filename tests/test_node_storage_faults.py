@@ -8,11 +8,13 @@
   and the partition commits again with node 1's help.
 * Corruption: a byte of a sealed segment in the leader's files is flipped, so the crc check
   fails when a follower that was down needs those batches. The leader's replica goes offline,
-  a new leader catches the follower up, the damaged replica is cut before the bad batch and
-  rejoins; afterwards every replica verifies clean and holds identical bytes.
-* The rejoin rule, driven in-process with crafted Raft messages: a replica cut before damaged
-  entries it had acknowledged neither grants votes nor takes leadership until its log is
-  durable up to where it was, across a restart too.
+  a new leader catches the follower up, the damaged replica is cut before the bad batch, and as
+  a replica that lost state it is re-admitted by its group (learner, then voter again);
+  afterwards every replica verifies clean and holds identical bytes.
+* The vote rule, driven in-process on a real (unstarted) node with crafted Raft messages: a
+  replica cut before damaged entries it had acknowledged is a replica that lost state. It
+  neither grants votes nor takes leadership, across a restart too, and `cluster status` lists
+  it, until its group re-admits it; then it votes only in later terms.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from laminar.cli import render_status
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster, free_port_pairs
-from laminar.node.raft_codec import GroupMessage
-from laminar.node.replica import REJOIN_FILE, Replica
-from laminar.node.runtime import MultiRaft
-from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
+from laminar.errors import CorruptLogError
+from laminar.node.config import NodeConfig
+from laminar.node.metadata import group_id
+from laminar.node.node import Node
+from laminar.node.status import replica_faults
+from laminar.raft import Entry, EntryKind, Message, MessageType
 from laminar.segment.batch import build_batch, decode_records, is_control, iter_batches
 from laminar.segment.log import LogConfig, PartitionLog
 
@@ -198,7 +202,7 @@ def flip_a_byte_of_a_sealed_segment(partition_dir: Path) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-async def test_a_corrupt_sealed_segment_on_the_leader_is_cut_and_the_replica_rejoins(
+async def test_a_corrupt_sealed_segment_on_the_leader_is_cut_and_the_replica_readmitted(
     tmp_path: Path,
 ) -> None:
     cluster = LocalCluster(tmp_path / "cluster", free_port_pairs(3))
@@ -241,6 +245,8 @@ async def test_a_corrupt_sealed_segment_on_the_leader_is_cut_and_the_replica_rej
 
         await eventually(healed, "every replica of rot/0 caught up and nothing is offline", 60)
         assert await read_all(cluster, "rot", 0) == values
+        # It lost acknowledged batches: it voted again only once its group re-admitted it.
+        assert logged(cluster, leader, "replica re-admitted to its group")
 
         # The other survivor dies: rot/0 and calm need the repaired node (it votes again).
         other = ({1, 2} - {leader}).pop()
@@ -277,67 +283,104 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-def grants(sent: list[GroupMessage]) -> list[Message]:
+def grants(sent: list[Message]) -> list[Message]:
     return [
         m
-        for _, m in sent
+        for m in sent
         if m.type in (MessageType.VOTE_RESP, MessageType.PRE_VOTE_RESP) and not m.reject
     ]
 
 
-async def test_a_replica_cut_before_damage_does_not_vote_until_it_has_caught_up(
+ONE_PARTITION = {
+    "partitions": 1,
+    "replication_factor": 3,
+    "segment_bytes": 1024,
+    "segment_ms": 60_000,
+    "retention_ms": None,
+    "retention_bytes": None,
+}
+
+
+def unstarted_node(data_dir: Path, me: int) -> tuple[Node, int, list[Message]]:
+    """A node whose metadata holds topic t (one partition on nodes 1-3); its Raft runtime runs
+    for real, its peers are never connected: what it hands them is recorded."""
+    node = Node(NodeConfig(node_id=me, data_dir=data_dir, listen="127.0.0.1:1", tick_ms=10))
+    node.state.apply(
+        {"op": "create_topic", "name": "t", "settings": ONE_PARTITION, "replicas": [[1, 2, 3]]}
+    )
+    sent: list[Message] = []
+    node.peers.send_raft = lambda _peer, messages: sent.extend(m for _, m in messages)  # type: ignore[method-assign]
+    node.runtime.start()
+    node._open_partition(node.state.topics["t"], 0, 7)
+    return node, group_id(node.state.topics["t"].topic_id, 0), sent
+
+
+def lost_state_rows(node: Node) -> list[str]:
+    return [row["state"] for row in replica_faults(node) if "lost state" in row["state"]]
+
+
+async def test_a_replica_cut_before_damage_does_not_vote_until_its_group_readmits_it(
     tmp_path: Path,
 ) -> None:
-    me, group = 2, 7
-    sent: list[GroupMessage] = []
-    runtime = MultiRaft(me, 0.01, lambda _peer, msgs: sent.extend(msgs), lambda _r: None)
-    runtime.start()
-    replica = Replica.open(
-        group,
-        me,
-        tmp_path / "p",
-        LogConfig(segment_bytes=1024, retention_ms=None),
-        ConfState(voters=(1, 2, 3)),
-        RaftConfig(deliver_committed=False, seed=1),
-    )
-    runtime.add(replica)
+    me = 2
+    node, group, sent = unstarted_node(tmp_path, me)
     try:
+        replica = node.runtime.replicas[group]
         # Leader 1, term 1: 20 entries, acknowledged by this replica once durable.
-        ents = follower_entries(1, 0, 20)
-        runtime.step(group, Message(MessageType.APPEND, me, 1, 1, 0, -1, ents, 19))
-        await until(lambda: any(m.type is MessageType.APPEND_RESP for _, m in sent), "acked")
-        assert max(m.index for _, m in sent if m.type is MessageType.APPEND_RESP) == 19
-        runtime.remove(group)
-        await replica.log_closed.wait()
+        append = Message(MessageType.APPEND, me, 1, 1, 0, -1, follower_entries(1, 0, 20), 19)
+        node._raft_received(1, [(group, append)])
+        await until(lambda: any(m.type is MessageType.APPEND_RESP for m in sent), "acked")
+        assert max(m.index for m in sent if m.type is MessageType.APPEND_RESP) == 19
 
-        damaged = flip_a_byte_of_a_sealed_segment(tmp_path / "p")
+        # A sealed batch rots; reading it (a lagging follower needs it) fails the replica.
+        damaged = flip_a_byte_of_a_sealed_segment(replica.directory)
         assert 0 < damaged < 19
-        repaired = replica.reopen(cut_damage=True)
-        assert (repaired.log.end_offset, repaired.rejoin_end) == (damaged, 20)
+        with pytest.raises(CorruptLogError) as caught:
+            replica.storage.entries(0, 20, 1 << 20)
+        node.runtime.fail(replica, caught.value)
+        await until(lambda: node.runtime.replicas.get(group) not in (None, replica), "repaired")
+        repaired = node.runtime.replicas[group]
+        assert repaired.log.end_offset == damaged
         repaired.log.verify()
-        repaired.close()
-        restarted = replica.reopen()  # a restart keeps the rule (rejoin.json)
-        assert restarted.rejoin_end == 20 and (tmp_path / "p" / REJOIN_FILE).exists()
-        runtime.add(restarted)
+        assert group in node.amnesia.gated, "the cut replica was not taken for one that lost state"
+        incident = node.amnesia.incident(group)
+        assert lost_state_rows(node) == ["lost state: re-admitting (not voting)"]
 
         # Node 3 has only what survived here: the core alone would vote for it.
         sent.clear()
         vote = Message(MessageType.VOTE, me, 3, 2, log_term=1, index=damaged - 1)
-        runtime.step(group, vote)
-        runtime.step(group, Message(MessageType.TIMEOUT_NOW, me, 1, 2))
-        await asyncio.sleep(0.3)  # many ticks and flushes
+        node._raft_received(3, [(group, vote)])
+        node._raft_received(1, [(group, Message(MessageType.TIMEOUT_NOW, me, 1, 2))])
+        cycles = node.runtime.flush_cycles
+        await until(lambda: node.runtime.flush_cycles >= cycles + 2, "flushes")
+        await asyncio.sleep(0.3)  # 30 ticks: its own election timer fires too
         assert not grants(sent), "a replica that lost acknowledged entries voted"
-        assert restarted.raft.role_name != "leader"
-        assert not any(m.type in (MessageType.VOTE, MessageType.PRE_VOTE) for _, m in sent)
+        assert repaired.raft.vote != 3 and not repaired.is_leader
+        assert not [m for m in sent if m.type in (MessageType.VOTE, MessageType.PRE_VOTE)]
+    finally:
+        await node.runtime.stop()
 
-        # The leader of term 2 sends the lost entries again: once durable, the rule ends.
-        again = follower_entries(1, damaged, 20 - damaged)
-        runtime.step(group, Message(MessageType.APPEND, me, 1, 2, 1, damaged - 1, again, 19))
-        await until(lambda: not restarted.rejoining, "the replica caught up")
-        assert not (tmp_path / "p" / REJOIN_FILE).exists()
-        await asyncio.sleep(0.3)  # leader 1 went silent: its lease on this replica ends
-        sent.clear()
-        runtime.step(group, Message(MessageType.VOTE, me, 3, 3, log_term=1, index=19))
+    # A restart keeps the rule: the mark was made durable before the cut.
+    node, group, sent = unstarted_node(tmp_path, me)
+    try:
+        restarted = node.runtime.replicas[group]
+        assert restarted.log.end_offset == damaged
+        assert node.amnesia.incident(group) == incident and lost_state_rows(node)
+        node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 3, log_term=1, index=19))])
+        await asyncio.sleep(0.1)
+        assert not grants(sent)
+
+        # Its group re-admitted it (the metadata records it): it votes again, in later terms.
+        restarted.raft.step(Message(MessageType.HEARTBEAT, me, 1, 4, commit=-1))  # leader 1
+        node.readmission.applied(
+            {"op": "replica_recovered", "group": group, "node": me, "incident": incident}
+        )
+        assert group not in node.amnesia.gated and not lost_state_rows(node)
+        restarted.raft.report_node_down(1)  # leader 1 is gone: no lease keeps the vote back
+        node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 4, log_term=1, index=19))])
+        await asyncio.sleep(0.1)
+        assert not grants(sent), "voted in a term it may have voted in before the loss"
+        node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 5, log_term=1, index=19))])
         await until(lambda: bool(grants(sent)), "it votes again")
     finally:
-        await runtime.stop()
+        await node.runtime.stop()

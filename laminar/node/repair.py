@@ -28,6 +28,7 @@ from laminar.node.amnesia import Amnesia
 from laminar.node.metadata import METADATA_GROUP, MetadataState, group_id
 from laminar.node.replica import Replica
 from laminar.node.runtime import EXIT_STORAGE_FAILURE, MultiRaft
+from laminar.segment.log import PartitionLog
 
 log = structlog.get_logger(__name__)
 
@@ -132,24 +133,14 @@ class ReplicaRepair:
             return
 
     async def _reopen(self, failed: Replica, check_damage: bool) -> Replica:
-        """Open the replica again; with ``check_damage`` crc-check every batch first and cut the
-        log before the first damaged one, once the replica is durably marked as lost (a crash
-        between the cut and the mark would otherwise let it vote with the shortened log)."""
+        """Open the replica again; with ``check_damage`` crc-check every batch first and, if
+        one is damaged, mark the replica as lost durably before its log is cut there (a crash
+        between the cut and the mark would let it vote with the shortened log)."""
         assert failed.reopen is not None
-        fresh = await asyncio.to_thread(failed.reopen)
-        if not check_damage:
-            return fresh
-        try:
-            damaged = await asyncio.to_thread(_is_damaged, fresh)
-            if not damaged:
-                return fresh
+        damaged = check_damage and await asyncio.to_thread(_is_damaged, failed)
+        if damaged:
             self.amnesia.lose(failed.group)
-            await asyncio.to_thread(fresh.log.cut_at_damage)
-        except BaseException:
-            fresh.close()
-            raise
-        fresh.close()  # the Raft core read the log before the cut: open it afresh
-        return await asyncio.to_thread(failed.reopen)
+        return await asyncio.to_thread(failed.reopen, cut_damage=damaged)
 
     def _still_wanted(self, failed: Replica) -> bool:
         """This node is still assigned the partition and hosts no other replica of it."""
@@ -173,11 +164,12 @@ class ReplicaRepair:
             self.amnesia.forget(failed.directory.name)
 
 
-def _is_damaged(replica: Replica) -> bool:
-    """Whether any batch of the replica's log (or its index) fails its check."""
-    try:
-        replica.log.verify()
-    except CorruptLogError as exc:
-        log.warning("replica log is damaged", group=replica.group, error=str(exc))
-        return True
+def _is_damaged(failed: Replica) -> bool:
+    """Whether any batch (or index entry) of the closed replica's log fails its check."""
+    with PartitionLog.open(failed.directory / "log", failed.log.config) as plog:
+        try:
+            plog.verify()
+        except CorruptLogError as exc:
+            log.warning("replica log is damaged", group=failed.group, error=str(exc))
+            return True
     return False

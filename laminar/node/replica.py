@@ -76,15 +76,21 @@ class Replica:
         log_config: LogConfig,
         initial_conf: ConfState,
         raft_config: RaftConfig,
+        *,
+        cut_damage: bool = False,
         **kwargs: Any,
     ) -> Replica:
-        """Open (or create) the replica in ``directory``."""
+        """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
+        crc-checked first and the log cut before the first damaged one (a repair: the caller
+        has marked the replica as one that lost state, see repair.py)."""
         reopen = functools.partial(
             cls.open, group, node_id, directory, log_config, initial_conf, raft_config, **kwargs
         )
         directory.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(directory / "log", log_config)
         try:
+            if cut_damage:
+                log.cut_at_damage()
             storage = LogStorage(log)
             hard, conf = load_state(directory)
         except BaseException:
