@@ -315,6 +315,11 @@ def unstarted_node(data_dir: Path, me: int) -> tuple[Node, int, list[Message]]:
     return node, group_id(node.state.topics["t"].topic_id, 0), sent
 
 
+async def ticked(node: Node, ticks: int) -> None:
+    start = node.runtime.ticks
+    await until(lambda: node.runtime.ticks >= start + ticks, f"{ticks} ticks")
+
+
 def lost_state_rows(node: Node) -> list[str]:
     return [row["state"] for row in replica_faults(node) if "lost state" in row["state"]]
 
@@ -351,9 +356,7 @@ async def test_a_replica_cut_before_damage_does_not_vote_until_its_group_readmit
         vote = Message(MessageType.VOTE, me, 3, 2, log_term=1, index=damaged - 1)
         node._raft_received(3, [(group, vote)])
         node._raft_received(1, [(group, Message(MessageType.TIMEOUT_NOW, me, 1, 2))])
-        cycles = node.runtime.flush_cycles
-        await until(lambda: node.runtime.flush_cycles >= cycles + 2, "flushes")
-        await asyncio.sleep(0.3)  # 30 ticks: its own election timer fires too
+        await ticked(node, 3 * node.config.election_ticks)  # three election timeouts
         assert not grants(sent), "a replica that lost acknowledged entries voted"
         assert repaired.raft.vote != 3 and not repaired.is_leader
         assert not [m for m in sent if m.type in (MessageType.VOTE, MessageType.PRE_VOTE)]
@@ -367,7 +370,7 @@ async def test_a_replica_cut_before_damage_does_not_vote_until_its_group_readmit
         assert restarted.log.end_offset == damaged
         assert node.amnesia.incident(group) == incident and lost_state_rows(node)
         node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 3, log_term=1, index=19))])
-        await asyncio.sleep(0.1)
+        await ticked(node, 10)
         assert not grants(sent)
 
         # Its group re-admitted it (the metadata records it): it votes again, in later terms.
@@ -378,7 +381,7 @@ async def test_a_replica_cut_before_damage_does_not_vote_until_its_group_readmit
         assert group not in node.amnesia.gated and not lost_state_rows(node)
         restarted.raft.report_node_down(1)  # leader 1 is gone: no lease keeps the vote back
         node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 4, log_term=1, index=19))])
-        await asyncio.sleep(0.1)
+        await ticked(node, 10)
         assert not grants(sent), "voted in a term it may have voted in before the loss"
         node._raft_received(3, [(group, Message(MessageType.VOTE, me, 3, 5, log_term=1, index=19))])
         await until(lambda: bool(grants(sent)), "it votes again")

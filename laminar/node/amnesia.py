@@ -232,6 +232,11 @@ class Amnesia:
         self._watermarks.pop(name, None)
 
     # message filters ---------------------------------------------------------------------
+    def may_campaign(self, group: int) -> bool:
+        """A gated replica never stands for election (the runtime does not tick it): in a
+        group of one it would win without a message the filters below could drop."""
+        return group not in self.gated
+
     @property
     def filtering(self) -> bool:
         return bool(self.gated or self._floors)

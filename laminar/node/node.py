@@ -51,12 +51,14 @@ class Node:
         self.state = MetadataState()
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self.amnesia = Amnesia(config.data_dir)
         self.runtime = MultiRaft(
             self.node_id,
             config.tick_ms / 1000,
             self._send_raft,
             self._leader_changed,
             on_replica_failed=lambda replica, error: self.repair.replica_failed(replica, error),
+            may_campaign=self.amnesia.may_campaign,
         )
         self.peers = PeerNetwork(
             self.node_id,
@@ -74,7 +76,6 @@ class Node:
         self.calls.register("propose", self.metadata_service.serve_propose)
         self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
-        self.amnesia = Amnesia(config.data_dir)
         self.readmission = Readmission(self)
         self.repair = ReplicaRepair(
             self.node_id,

@@ -42,6 +42,8 @@ EXIT_STORAGE_FAILURE = 74  # EX_IOERR
 SendToPeer = Callable[[int, list[GroupMessage]], None]
 ReplicaFailed = Callable[[Replica, Exception], None]
 """Told once a replica was taken offline by a fault: (the closed replica, the error)."""
+MayCampaign = Callable[[int], bool]
+"""Whether a group's replica may stand for election (not if it lost state, see amnesia.py)."""
 
 
 class MultiRaft:
@@ -52,6 +54,7 @@ class MultiRaft:
         send: SendToPeer,
         on_leader_change: Callable[[Replica], None],
         on_replica_failed: ReplicaFailed | None = None,
+        may_campaign: MayCampaign | None = None,
     ) -> None:
         self.node_id = node_id
         self.tick_seconds = tick_seconds
@@ -59,6 +62,7 @@ class MultiRaft:
         self._send = send
         self._on_leader_change = on_leader_change
         self._on_replica_failed = on_replica_failed
+        self._may_campaign = may_campaign
         self._active: set[Replica] = set()
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
@@ -68,6 +72,7 @@ class MultiRaft:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flush")
         self._tasks: list[asyncio.Task[None]] = []
         self.flush_cycles = 0
+        self.ticks = 0
         self._flushing = False
         self._close_after_flush: list[Replica] = []
 
@@ -274,14 +279,18 @@ class MultiRaft:
 
     # tasks ---------------------------------------------------------------------------------
     async def _tick_loop(self) -> None:
-        ticks = 0
+        may_campaign = self._may_campaign
         while True:
             await asyncio.sleep(self.tick_seconds)
-            ticks += 1
+            self.ticks = ticks = self.ticks + 1
             now = time.monotonic()
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)
+                    continue
+                if may_campaign is not None and not may_campaign(replica.group):
+                    # A follower's ticks only start elections, and in a group of one its
+                    # election needs no vote that the gate could drop: no ticks at all.
                     continue
                 if ticks & 1 and replica.shun_leadership_until > now and not replica.is_leader:
                     continue  # repaired lately: campaigns at half speed, a healthy peer goes first
