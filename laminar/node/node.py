@@ -32,7 +32,7 @@ from laminar.node.metadata import (
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
-from laminar.node.readmission import Readmission
+from laminar.node.readmission import IdentityCheck, Readmission
 from laminar.node.repair import ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
@@ -76,16 +76,12 @@ class Node:
         self.calls.register("propose", self.metadata_service.serve_propose)
         self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
-        self.readmission = Readmission(self)
-        self.repair = ReplicaRepair(
-            self.node_id,
-            self.state,
-            self.runtime,
-            self.amnesia,
-            self.readmission.opened,
-            self.spawn,
-        )
-        self.calls.register("knows", self.readmission.serve_knows)
+        amnesia, service, spawn = self.amnesia, self.metadata_service, self.spawn
+        self.readmission = Readmission(self.node_id, amnesia, self.runtime, service.propose, spawn)
+        host = self.readmission.opened
+        self.repair = ReplicaRepair(self.node_id, self.state, self.runtime, amnesia, host, spawn)
+        self.identity = IdentityCheck(config, self.calls, self.peers, self.state, service)
+        self.calls.register("knows", self.identity.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
         self.swim = SwimDriver(
@@ -103,7 +99,7 @@ class Node:
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
             await self._start_network()
-            self.amnesia.node_lost = await self.readmission.ask_peers_if_known()
+            self.amnesia.node_lost = await self.identity.ask_peers_if_known()
             self.amnesia.save_identity()
         if self.config.peers:
             initial = sorted({*self.config.peers, self.node_id})
@@ -123,7 +119,7 @@ class Node:
             apply=self.metadata_service.apply,
             topic="__metadata",
         )
-        self.readmission.metadata_start = self.metadata.raft.last_index
+        self.identity.metadata_start = self.metadata.raft.last_index
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
