@@ -288,7 +288,7 @@ class MultiRaft:
                 if replica.closed:
                     self._active.discard(replica)
                     continue
-                if may_campaign is not None and not may_campaign(replica.group):
+                if may_campaign and not may_campaign(replica.group) and not replica.is_leader:
                     # A follower's ticks only start elections, and in a group of one its
                     # election needs no vote that the gate could drop: no ticks at all.
                     continue
