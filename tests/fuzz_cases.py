@@ -38,7 +38,8 @@ from laminar.protocol import (
     client_schema,
     cluster_schema,
 )
-from laminar.raft import ConfState, Entry, EntryKind, Message as RaftMessage, MessageType
+from laminar.raft import ConfState, Entry, EntryKind, MessageType
+from laminar.raft import Message as RaftMessage
 from laminar.raft.confchange import encode_conf
 from laminar.segment import batch as record_batch
 
@@ -184,9 +185,7 @@ def client_request(rng: random.Random, target: ClientTarget) -> Frame:
     payload = b""
     roll = rng.randrange(8)
     if roll == 0:
-        body.init("metadata").topics = [
-            text(rng, topics) for _ in range(rng.choice((0, 0, 1, 3)))
-        ]
+        body.init("metadata").topics = [text(rng, topics) for _ in range(rng.choice((0, 0, 1, 3)))]
     elif roll == 1:
         spec = body.init("createTopic")
         spec.name = text(rng, ("fuzz-a", "fuzz-b", "", "bad/name", "..", "fuzz" * 80))

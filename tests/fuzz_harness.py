@@ -70,7 +70,9 @@ class Findings:
     def record(self, kind: str, error: BaseException, data: bytes) -> None:
         self.escaped[f"{kind}: {type(error).__name__}: {str(error)[:80]}"] += 1
         if len(self.examples) < 20:
-            self.examples.append(f"{kind} {type(error).__name__}: {error!r} input={data[:200].hex()}")
+            self.examples.append(
+                f"{kind} {type(error).__name__}: {error!r} input={data[:200].hex()}"
+            )
 
     @property
     def total(self) -> int:
@@ -127,7 +129,9 @@ class MemoryTransport(asyncio.Transport):
             asyncio.get_running_loop().call_soon(self._protocol.connection_lost, None)
 
 
-def feed(protocol: FramedProtocol, transport: MemoryTransport, data: bytes, rng: random.Random) -> None:
+def feed(
+    protocol: FramedProtocol, transport: MemoryTransport, data: bytes, rng: random.Random
+) -> None:
     """Deliver ``data`` as a socket would: in chunks of arbitrary size, until closed."""
     position = 0
     while position < len(data) and not transport.closed:
@@ -353,7 +357,9 @@ async def fuzz_in_process(
     greeting = seal(hello(peer), True)
 
     def peer_frames(rng: random.Random) -> list[bytes]:
-        frames = [mutate_frame(rng, peer_frame(rng, peer), True) for _ in range(rng.randrange(1, 12))]
+        frames = [
+            mutate_frame(rng, peer_frame(rng, peer), True) for _ in range(rng.randrange(1, 12))
+        ]
         return [greeting, *frames] if rng.random() < 0.9 else frames
 
     def accept() -> FramedProtocol:
@@ -361,7 +367,11 @@ async def fuzz_in_process(
 
     result = await fuzz_stream(kind, accept, peer_frames, count, rng, findings, node)
     result.valid_inputs, result.valid_seconds = await _valid_baseline(
-        accept, lambda r: seal(peer_frame(r, peer), True), rng, node, max(200, count // 50),
+        accept,
+        lambda r: seal(peer_frame(r, peer), True),
+        rng,
+        node,
+        max(200, count // 50),
         prefix=greeting,
     )
     return result
@@ -464,7 +474,8 @@ async def _read_replies(reader: asyncio.StreamReader, result: SocketResult, wait
                     break
                 if header.kind == KIND_RESPONSE:
                     response = decode(
-                        client_schema.Response, buffer[HEADER_SIZE : HEADER_SIZE + header.message_len]
+                        client_schema.Response,
+                        buffer[HEADER_SIZE : HEADER_SIZE + header.message_len],
                     )
                     result.replies += 1
                     result.typed_errors[response.error.code] += 1
@@ -501,7 +512,9 @@ def send_datagrams(address: str, datagrams: list[bytes]) -> None:
                 sock.sendto(data, (host, port))
 
 
-async def hold_huge_frames(address: str, connections: int, header: bytes) -> list[asyncio.StreamWriter]:
+async def hold_huge_frames(
+    address: str, connections: int, header: bytes
+) -> list[asyncio.StreamWriter]:
     """Open ``connections`` connections that each announce a huge frame and send no more."""
     host, port = split_address(address)
     writers = []
