@@ -102,23 +102,41 @@ def capture_logs(findings: Findings) -> None:
 
 
 class MemoryTransport(asyncio.Transport):
-    """Counts what the node writes; closing it tells the protocol the connection is lost."""
+    """Counts what the node writes (keeps it if asked); closing it tells the protocol the
+    connection is lost."""
 
-    def __init__(self, protocol: asyncio.BaseProtocol) -> None:
+    def __init__(self, protocol: asyncio.BaseProtocol, keep: bool = False) -> None:
         super().__init__()
         self._protocol = protocol
         self.closed = False
         self.written = 0
+        self._kept: bytearray | None = bytearray() if keep else None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return ("127.0.0.1", 40000) if name == "peername" else default
 
     def write(self, data: Any) -> None:
         self.written += len(data)
+        if self._kept is not None:
+            self._kept += data
 
     def writelines(self, list_of_data: Any) -> None:
         for data in list_of_data:
-            self.written += len(data)
+            self.write(data)
+
+    def frames(self, kind: int) -> list[tuple[bytes, memoryview]]:
+        """The kept frames of ``kind`` written so far, as (message, payload)."""
+        assert self._kept is not None, "MemoryTransport(keep=True) keeps what is written"
+        out = []
+        data = bytes(self._kept)
+        while len(data) >= HEADER_SIZE:
+            header = parse_header(data)
+            size = HEADER_SIZE + header.body_len
+            if header.kind == kind:
+                body = memoryview(data)[HEADER_SIZE:size]
+                out.append((bytes(body[: header.message_len]), body[header.message_len :]))
+            data = data[size:]
+        return out
 
     def is_closing(self) -> bool:
         return self.closed
@@ -156,7 +174,8 @@ def free_port() -> int:
 class InProcessNode:
     """A one-node cluster on this event loop, with a topic of known contents."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, records: int = 200) -> None:
+        self.records = records
         client, peer = free_port(), free_port()
         self.config = NodeConfig(
             node_id=1,
@@ -182,7 +201,7 @@ class InProcessNode:
             except Exception:  # not ready yet: no metadata leader
                 await asyncio.sleep(0.1)
         async with Producer(self.config.listen) as producer:
-            for i in range(200):
+            for i in range(self.records):
                 await producer.send_and_wait(TOPIC, b"before-%d" % i, partition=i % PARTITIONS)
         self.before = await read_partitions(self.config.listen)
 

@@ -6,14 +6,24 @@ in-process node fed through its own protocol objects over an in-memory transport
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
+from collections.abc import AsyncIterator
+from pathlib import Path
 
+import pytest
+
+from laminar.errors import InvalidRequestError, LaminarError, OffsetOutOfRangeError, ProtocolError
 from laminar.framing import MAGIC, VERSION
-from laminar.protocol import KIND_PEER
+from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
+from laminar.protocol import KIND_PEER, cluster_schema
+from laminar.raft import Entry, EntryKind, MessageType
+from laminar.raft import Message as RaftMessage
+from laminar.segment import batch as record_batch
 from laminar.transport import FramedProtocol
-from tests.fuzz_cases import Frame, seal
-from tests.fuzz_harness import MemoryTransport, feed
+from tests.fuzz_cases import FAKE_PEER_ID, Frame, hello, seal
+from tests.fuzz_harness import InProcessNode, MemoryTransport, feed, produce_and_read_back
 
 
 def _header(kind: int, message_len: int, payload_len: int) -> bytes:
@@ -54,3 +64,132 @@ async def test_a_large_frame_still_arrives_whole_through_growing_buffers() -> No
         protocol.buffer_updated(size)
     assert not transport.closed
     assert got == [(KIND_PEER, b"\1" * 64, payload)]
+
+
+# -- peer frames -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[InProcessNode]:
+    target = InProcessNode(tmp_path, records=20)
+    await target.start()
+    try:
+        yield target
+    finally:
+        await target.stop()
+
+
+def _peer_connection(target: InProcessNode) -> tuple[FramedProtocol, MemoryTransport]:
+    protocol = target.node.peers._protocol(None)
+    transport = MemoryTransport(protocol, keep=True)
+    protocol.connection_made(transport)
+    feed(protocol, transport, seal(hello(target.peer_target()), True), random.Random(0))
+    return protocol, transport
+
+
+def _raft_frame(group: int, message: RaftMessage) -> bytes:
+    encoded, payload = encode_messages([(group, message)])
+    return seal(Frame(KIND_PEER, encoded, b"".join(bytes(p) for p in payload)), True)
+
+
+def test_raft_values_beyond_their_bounds_are_malformed() -> None:
+    """A term of 2**64 - 1 used to reach the Raft core; the node then failed to stamp and
+    persist it (struct.error in the group commit), which stopped every group on the node."""
+    for fields in (
+        {"term": 2**64 - 1},
+        {"term": 1, "log_term": 2**63},
+        {"term": 1, "index": -(2**63)},
+        {"term": 1, "commit": 2**63 - 1},
+    ):
+        message = RaftMessage(type=MessageType.HEARTBEAT, to=1, frm=FAKE_PEER_ID, **fields)
+        encoded, _ = encode_messages([(1, message)])
+        with pytest.raises(ProtocolError):
+            decode_peer_message(encoded, memoryview(b""))
+
+
+def test_an_entry_with_a_corrupt_batch_is_malformed() -> None:
+    """A NORMAL entry must carry one intact record batch spanning exactly [index, last]."""
+    good = record_batch.build_batch([(None, b"v", (), 0)] * 3)
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 1
+    for data, last in ((bytes(bad_crc), 2), (good, 5), (good[:-1], 2), (b"", 0)):
+        entry = Entry(1, 0, last, EntryKind.NORMAL, data)
+        message = RaftMessage(
+            type=MessageType.APPEND, to=1, frm=FAKE_PEER_ID, term=1, entries=[entry]
+        )
+        encoded, payload = encode_messages([(1, message)])
+        with pytest.raises(ProtocolError):
+            decode_peer_message(encoded, memoryview(b"".join(bytes(p) for p in payload)))
+
+
+async def test_a_huge_term_from_a_peer_leaves_the_node_committing(node: InProcessNode) -> None:
+    protocol, transport = _peer_connection(node)
+    group = node.peer_target().groups[1]
+    for message in (
+        RaftMessage(type=MessageType.HEARTBEAT, to=1, frm=FAKE_PEER_ID, term=2**64 - 1),
+        RaftMessage(type=MessageType.VOTE, to=1, frm=FAKE_PEER_ID, term=2**63, index=10**6),
+    ):
+        feed(protocol, transport, _raft_frame(group, message), random.Random(0))
+    await asyncio.sleep(1.5)  # several ticks: elections, group commits
+    assert node.healthy() == []
+    assert await produce_and_read_back(node.config.listen) == []
+
+
+async def test_a_peer_hello_that_cannot_be_read_closes_only_its_connection(
+    node: InProcessNode,
+) -> None:
+    """Invalid UTF-8 in a Text field raised UnicodeDecodeError out of the frame handler."""
+    message = bytearray(encode_hello(FAKE_PEER_ID, "laminar", "127.0.0.1:1", "127.0.0.1:2"))
+    at = bytes(message).index(b"laminar")
+    message[at : at + 2] = b"\xff\xfe"
+    protocol = node.node.peers._protocol(None)
+    transport = MemoryTransport(protocol)
+    protocol.connection_made(transport)
+    feed(protocol, transport, seal(Frame(KIND_PEER, bytes(message)), True), random.Random(0))
+    assert transport.closed  # by the frame's ProtocolError, not by an escaping exception
+
+
+async def test_a_garbled_reply_to_a_call_fails_the_call_with_a_typed_error(
+    node: InProcessNode,
+) -> None:
+    """A reply with a body that is not JSON, or an error code whose class takes other
+    arguments (OffsetOutOfRange), raised out of the frame handler and left the call hanging."""
+    protocol, transport = _peer_connection(node)
+    for code, body in ((0, b"{"), (OffsetOutOfRangeError.code, b"")):
+        call = asyncio.ensure_future(node.node.calls.call(FAKE_PEER_ID, "status", {}, timeout=5))
+        await asyncio.sleep(0)
+        message = cluster_schema.PeerMessage.new_message()
+        reply = message.init("reply")
+        reply.id = max(node.node.calls._waiting)
+        reply.errorCode = code
+        reply.body = body
+        feed(
+            protocol, transport, seal(Frame(KIND_PEER, message.to_bytes()), True), random.Random(0)
+        )
+        assert not transport.closed
+        with pytest.raises(LaminarError):
+            await asyncio.wait_for(call, 1)
+
+
+async def test_a_call_with_a_malformed_body_gets_a_typed_reply(node: InProcessNode) -> None:
+    """Bodies that are not JSON, or commands lacking fields, were answered as internal errors
+    (code 1) with a traceback in the log; they are the caller's defect: InvalidRequest."""
+    protocol, transport = _peer_connection(node)
+    bodies = (b"{", b"[1]", b"[" * 100_000, b"\xff", b'{"op": "create_topic"}')
+    for call_id, body in enumerate(bodies, start=1):
+        message = cluster_schema.PeerMessage.new_message()
+        call = message.init("call")
+        call.id = call_id
+        call.method = "propose"
+        call.body = body
+        feed(
+            protocol, transport, seal(Frame(KIND_PEER, message.to_bytes()), True), random.Random(0)
+        )
+    await asyncio.sleep(0.3)
+    assert not transport.closed
+    replies = {
+        body.id: body.errorCode
+        for which, body in (decode_peer_message(m, p) for m, p in transport.frames(KIND_PEER))
+        if which == "reply"
+    }
+    assert replies == {i: InvalidRequestError.code for i in range(1, len(bodies) + 1)}
