@@ -84,6 +84,16 @@ def decode(struct_type: Any, message: bytes | bytearray | memoryview) -> Any:
     return _Kept(reader, data)
 
 
+def request_body(request: Any) -> tuple[str, Any]:
+    """A decoded Request's body: (union member name, its reader); ProtocolError if the union
+    cannot be read (e.g. a discriminant no schema version defines)."""
+    try:
+        which = request.body.which()
+        return which, getattr(request.body, which)
+    except Exception as exc:  # pycapnp: KjException
+        raise ProtocolError(f"malformed request body: {str(exc).splitlines()[0]}") from None
+
+
 class _Kept:
     """A reader plus the bytes it points into, so the buffer lives as long as the reader."""
 

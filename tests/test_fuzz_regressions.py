@@ -11,19 +11,36 @@ import random
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from laminar.client.connection import Connection
 from laminar.errors import InvalidRequestError, LaminarError, OffsetOutOfRangeError, ProtocolError
-from laminar.framing import MAGIC, VERSION
+from laminar.framing import MAGIC, MAX_PAYLOAD_BYTES, VERSION
 from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
-from laminar.protocol import KIND_PEER, cluster_schema
+from laminar.protocol import (
+    CLIENT_CRC_COVERS_PAYLOAD,
+    KIND_PEER,
+    KIND_REQUEST,
+    KIND_RESPONSE,
+    client_schema,
+    cluster_schema,
+    decode,
+)
 from laminar.raft import Entry, EntryKind, MessageType
 from laminar.raft import Message as RaftMessage
 from laminar.segment import batch as record_batch
 from laminar.transport import FramedProtocol
 from tests.fuzz_cases import FAKE_PEER_ID, Frame, hello, seal
-from tests.fuzz_harness import InProcessNode, MemoryTransport, feed, produce_and_read_back
+from tests.fuzz_harness import (
+    PARTITIONS,
+    TOPIC,
+    InProcessNode,
+    MemoryTransport,
+    feed,
+    produce_and_read_back,
+)
 
 
 def _header(kind: int, message_len: int, payload_len: int) -> bytes:
@@ -193,3 +210,101 @@ async def test_a_call_with_a_malformed_body_gets_a_typed_reply(node: InProcessNo
         if which == "reply"
     }
     assert replies == {i: InvalidRequestError.code for i in range(1, len(bodies) + 1)}
+
+
+# -- client frames -----------------------------------------------------------------------------
+
+
+def _client_connection(target: InProcessNode) -> tuple[FramedProtocol, MemoryTransport]:
+    protocol = target.node.client_server._protocol()
+    transport = MemoryTransport(protocol, keep=True)
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+def _responses(transport: MemoryTransport) -> list[Any]:
+    return [decode(client_schema.Response, m) for m, _ in transport.frames(KIND_RESPONSE)]
+
+
+# Found by the fuzzer: a metadata request whose topic list pointer is not a list pointer, and
+# a request whose union discriminant is out of range (pycapnp: "which on a non-union type").
+_BAD_POINTER = bytes.fromhex(
+    "00000000070000000000000002000100050000000000000000000000000000000000000000000100"
+    "010000000e000000000000001a0000006162000000000000"
+)
+
+_BAD_UNION = bytes.fromhex(
+    "000000000700000000000000020001000500000000000000ffffff7f000000000100000000000100"
+    "010000000e000000010000001a0000006162000000000000"
+)
+
+
+async def test_a_request_with_an_unreadable_field_gets_a_typed_reply(node: InProcessNode) -> None:
+    """pycapnp raises KjException or UnicodeDecodeError only when a handler reads the field:
+    that used to be logged as an internal failure with a traceback, per request."""
+    protocol, transport = _client_connection(node)
+    request = client_schema.Request.new_message(correlationId=5)
+    request.body.init("metadata").topics = ["\u00e9t\u00e9"]
+    bad_text = bytearray(request.to_bytes())
+    at = bytes(bad_text).index("\u00e9t\u00e9".encode())
+    bad_text[at] = 0xFF
+    for message in (bytes(bad_text), _BAD_POINTER):
+        frame = seal(Frame(KIND_REQUEST, message), CLIENT_CRC_COVERS_PAYLOAD)
+        feed(protocol, transport, frame, random.Random(0))
+    await asyncio.sleep(0.2)
+    assert [r.error.code for r in _responses(transport)] == [ProtocolError.code] * 2
+
+
+async def test_a_request_whose_body_cannot_be_read_closes_its_connection(
+    node: InProcessNode,
+) -> None:
+    """Its task used to die (body.which() raised outside the error handling): no reply, and
+    an unretrieved exception in the node's log."""
+    errors: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+    protocol, transport = _client_connection(node)
+    message = _BAD_UNION
+    feed(protocol, transport, seal(Frame(KIND_REQUEST, message), False), random.Random(0))
+    await asyncio.sleep(0.2)
+    assert transport.closed and errors == []
+
+
+async def test_a_topic_with_settings_no_log_accepts_is_refused(node: InProcessNode) -> None:
+    """A create-topic with segmentBytes 2**63-1 (or a negative retentionBytes) used to commit
+    the topic, then fail to open its log on every node: a topic that exists with no replica."""
+    from laminar.client import Admin
+
+    async with Admin(node.config.listen) as admin:
+        with pytest.raises(InvalidRequestError):
+            await admin.create_topic("huge-segments", 1, 1, segment_bytes=2**63 - 1)
+        with pytest.raises(InvalidRequestError):
+            await admin.create_topic("negative", 1, 1, retention_bytes=-5)
+    assert "huge-segments" not in node.node.state.topics
+    assert "negative" not in node.node.state.topics
+
+
+async def test_a_fetch_never_answers_more_than_a_frame_may_carry(node: InProcessNode) -> None:
+    """maxBytes 2**32-1 over two partitions of 36 MiB each used to produce a 72 MiB reply,
+    which no client can receive (a frame carries at most MAX_PAYLOAD_BYTES): the consumer's
+    connection was closed on every retry."""
+    from laminar.client import Producer
+
+    async with Producer(node.config.listen, acks="leader", linger_ms=0) as producer:
+        value = b"v" * (1 << 20)
+        for i in range(72):
+            await producer.send_and_wait(TOPIC, value, partition=i % PARTITIONS)
+
+    def fill(body: Any) -> None:
+        request = body.init("fetch")
+        request.maxBytes = 2**32 - 1
+        for ask, partition in zip(request.init("partitions", 2), (0, 1), strict=True):
+            ask.topic = TOPIC
+            ask.partition = partition
+
+    connection = await Connection.open(node.config.listen)
+    try:
+        reply, payload = await connection.request(fill, timeout=30)
+    finally:
+        connection.close()
+    assert [r.error.code for r in reply.body.fetch.results] == [0, 0]
+    assert 0 < len(payload) <= MAX_PAYLOAD_BYTES
