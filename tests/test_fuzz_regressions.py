@@ -8,16 +8,22 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import struct
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from laminar.client.connection import Connection
 from laminar.errors import InvalidRequestError, LaminarError, OffsetOutOfRangeError, ProtocolError
 from laminar.framing import MAGIC, MAX_PAYLOAD_BYTES, VERSION
+from laminar.membership import codec as swim_codec
+from laminar.membership.driver import SwimDriver
+from laminar.membership.messages import Sync, Update
+from laminar.membership.swim import MemberState, SwimConfig
 from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
 from laminar.protocol import (
     CLIENT_CRC_COVERS_PAYLOAD,
@@ -31,7 +37,7 @@ from laminar.protocol import (
 from laminar.raft import Entry, EntryKind, MessageType
 from laminar.raft import Message as RaftMessage
 from laminar.segment import batch as record_batch
-from laminar.transport import FramedProtocol
+from laminar.transport import FramedProtocol, split_address
 from tests.fuzz_cases import FAKE_PEER_ID, Frame, hello, seal
 from tests.fuzz_harness import (
     PARTITIONS,
@@ -308,3 +314,32 @@ async def test_a_fetch_never_answers_more_than_a_frame_may_carry(node: InProcess
         connection.close()
     assert [r.error.code for r in reply.body.fetch.results] == [0, 0]
     assert 0 < len(payload) <= MAX_PAYLOAD_BYTES
+
+
+# -- gossip datagrams --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["nohost:7946", "localhost:7946", "[::1]:7946"])
+def test_gossip_naming_an_unsendable_address_keeps_membership_running(address: str) -> None:
+    """uvloop's sendto raises ValueError (not OSError) for a host that needs a DNS lookup or
+    is of the other address family; the first probe to such a gossiped member killed the
+    SWIM tick task, so the node stopped answering probes and was declared dead. (On uvloop,
+    as the node runs: asyncio's own loop resolves names, or raises OSError.)"""
+    uvloop.run(_gossip_unsendable(address))
+
+
+async def _gossip_unsendable(address: str) -> None:
+    driver = SwimDriver(1, {}, SwimConfig(seed=1), tick_seconds=0.01)
+    own = await driver.start("127.0.0.1", 0)
+    try:
+        update = Update(5, address, 1, MemberState.ALIVE, {})
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.sendto(swim_codec.encode(Sync(7, (update,), False)), split_address(own))
+        deadline = asyncio.get_running_loop().time() + 5
+        while driver.stats.send_errors == 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        assert driver.stats.send_errors > 0
+        assert driver._ticker is not None and not driver._ticker.done()
+    finally:
+        await driver.stop()
