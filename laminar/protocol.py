@@ -36,6 +36,7 @@ ACKS_BY_NAME = {"all": ACKS_ALL, "leader": ACKS_LEADER, "none": ACKS_NONE}
 
 EARLIEST = -2
 LATEST = -1
+MAX_NODE_ID = 2**32 - 1  # node ids are UInt32 in every client and peer message
 
 client_schema: Any = schemas.load("client")
 cluster_schema: Any = schemas.load("cluster")

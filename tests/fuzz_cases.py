@@ -24,11 +24,12 @@ from dataclasses import dataclass
 
 import crc32c
 
+from laminar.errors import ProtocolError
 from laminar.framing import MAGIC, VERSION, encode_frame
 from laminar.membership import codec as swim_codec
 from laminar.membership.messages import Ack, Gossip, Message, Nack, Ping, PingReq, Sync, Update
 from laminar.membership.state import MAX_INCARNATION, MemberState
-from laminar.node.raft_codec import encode_hello, encode_messages
+from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
 from laminar.protocol import (
     CLIENT_CRC_COVERS_PAYLOAD,
     KIND_PEER,
@@ -350,6 +351,17 @@ def peer_frame(rng: random.Random, target: PeerTarget) -> Frame:
     greeting.address = text(rng, ("127.0.0.1:1", "", "nohost"))
     greeting.clientAddress = text(rng, ("127.0.0.1:2", ""))
     return Frame(KIND_PEER, message.to_bytes())
+
+
+def valid_peer_frame(rng: random.Random, target: PeerTarget) -> Frame:
+    """A Raft or call frame the node's decoder accepts (for the baseline cost)."""
+    while True:
+        frame = raft_messages(rng, target) if rng.random() < 0.85 else call_or_reply(rng, target)
+        try:
+            decode_peer_message(frame.message, memoryview(frame.payload))
+        except ProtocolError:
+            continue
+        return frame
 
 
 # -- gossip datagrams --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import structlog
 
 from laminar.client.connection import Connection
 from laminar.client.consumer import fetch_partition
+from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.client.types import TopicPartition
 from laminar.errors import ProtocolError
 from laminar.framing import HEADER_SIZE, parse_header
@@ -165,18 +166,12 @@ def feed(
 # -- the in-process node -----------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class InProcessNode:
     """A one-node cluster on this event loop, with a topic of known contents."""
 
     def __init__(self, root: Path, records: int = 200) -> None:
         self.records = records
-        client, peer = free_port(), free_port()
+        ((client, peer),) = free_port_pairs(1)
         self.config = NodeConfig(
             node_id=1,
             data_dir=root / "node-1",
@@ -370,6 +365,7 @@ async def fuzz_in_process(
             rng,
             node,
             max(200, count // 50),
+            findings,
         )
         return result
     peer = target.peer_target()
@@ -391,6 +387,7 @@ async def fuzz_in_process(
         rng,
         node,
         max(200, count // 50),
+        findings,
         prefix=greeting,
     )
     return result
@@ -402,17 +399,24 @@ async def _valid_baseline(
     rng: random.Random,
     node: Node,
     count: int,
+    findings: Findings,
     prefix: bytes = b"",
 ) -> tuple[int, float]:
-    """Time ``count`` unmutated frames through the same path (one connection, one write)."""
+    """Time ``count`` unmutated frames through the same path, on one connection; the node
+    closing it is a finding."""
     frames = [valid(rng) for _ in range(count)]
     protocol = make_protocol()
     transport = MemoryTransport(protocol)
     protocol.connection_made(transport)
+    chunking = random.Random(0)
     started = time.perf_counter()
-    data = prefix + b"".join(frames)
-    with contextlib.suppress(Exception):
-        feed(protocol, transport, data, random.Random(0))
+    if prefix:
+        feed(protocol, transport, prefix, chunking)
+    for frame in frames:
+        feed(protocol, transport, frame, chunking)
+        if transport.closed:
+            findings.record("valid", ConnectionError("the node closed a valid stream"), frame)
+            break
     await settle(node, 0)
     seconds = time.perf_counter() - started
     transport.close()
@@ -543,3 +547,162 @@ async def hold_huge_frames(
         await writer.drain()
         writers.append(writer)
     return writers
+
+
+# -- a real cluster over real sockets ----------------------------------------------------------
+
+
+@dataclass
+class ClusterRun:
+    """The outcome of fuzzing real node processes."""
+
+    inputs: Counter[str] = field(default_factory=Counter)
+    results: dict[str, SocketResult] = field(default_factory=dict)
+    rss_before: dict[int, dict[str, int]] = field(default_factory=dict)
+    rss_after: dict[int, dict[str, int]] = field(default_factory=dict)
+    hold_growth_kib: dict[int, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def max_rss_growth_kib(self) -> int:
+        return max(
+            (self.rss_after[n]["VmHWM"] - self.rss_before[n]["VmRSS"] for n in self.rss_after),
+            default=0,
+        )
+
+
+Snapshot = dict[int, dict[int, bytes]]  # node id -> partition -> committed batch bytes
+
+
+async def prepare_cluster(cluster: LocalCluster) -> tuple[Snapshot, tuple[int, ...]]:
+    """Create TOPIC (replicated on every node) and write records; return each node's bytes
+    and the Raft group ids (metadata and TOPIC's partitions)."""
+    from laminar.client import Admin, Producer
+
+    await cluster.wait_ready(60)
+    async with Admin(cluster.bootstrap) as admin:
+        topic = await admin.create_topic(TOPIC, PARTITIONS, len(cluster.nodes))
+    async with Producer(cluster.bootstrap) as producer:
+        for i in range(200):
+            await producer.send_and_wait(TOPIC, b"before-%d" % i, partition=i % PARTITIONS)
+    groups = (METADATA_GROUP, *(group_id(topic.topic_id, p) for p in range(PARTITIONS)))
+    return await replicas_bytes(cluster), groups
+
+
+async def replicas_bytes(cluster: LocalCluster) -> Snapshot:
+    """Every node's committed bytes of every partition (a follower serves fetches too)."""
+    out = {}
+    for node_id, node in cluster.nodes.items():
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                out[node_id] = await read_partitions(node.client_address)
+                break
+            except Exception:  # e.g. NotLeader while a replica catches up: ask again
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    return out
+
+
+async def fuzz_cluster(
+    cluster: LocalCluster, per_kind: int, seed: int, hold_connections: int = 32
+) -> ClusterRun:
+    """``per_kind`` hostile inputs of each kind spread over every node's ports, then checks."""
+    run = ClusterRun()
+    started = time.perf_counter()
+    before, groups = await prepare_cluster(cluster)
+    pids = {n: node.pid for n, node in cluster.nodes.items() if node.pid is not None}
+    await asyncio.sleep(1.0)  # let start-up allocations settle
+    run.rss_before = {n: rss_kib(pid) for n, pid in pids.items()}
+    rng = random.Random(seed)
+    addresses = [(n.client_address, n.peer_address) for n in cluster.nodes.values()]
+    client_target = ClientTarget((TOPIC, "fuzz-a"), PARTITIONS, frozenset({TOPIC}))
+    jobs: list[Any] = []
+    for kind in KINDS:
+        result = run.results[kind] = SocketResult()
+        sent = 0
+        while sent < per_kind:
+            client_address, peer_address = rng.choice(addresses)
+            node_id = 1 + addresses.index((client_address, peer_address))
+            count = min(rng.randrange(1, 12), per_kind - sent)
+            sent += count
+            if kind == "client":
+                frames = [
+                    mutate_frame(rng, client_request(rng, client_target), CLIENT_CRC_COVERS_PAYLOAD)
+                    for _ in range(count)
+                ]
+                jobs.append((send_stream, client_address, frames, result))
+            elif kind == "peer":
+                target = PeerTarget(node_id, "laminar", groups)
+                frames = [mutate_frame(rng, peer_frame(rng, target), True) for _ in range(count)]
+                if rng.random() < 0.9:
+                    frames.insert(0, seal(hello(target), True))
+                jobs.append((send_stream, peer_address, frames, result))
+            else:
+                gossip = GossipTarget(node_id, peer_address)
+                datagrams = [
+                    mutate_datagram(rng, gossip_message(rng, gossip)) for _ in range(count)
+                ]
+                jobs.append((send_datagrams, peer_address, datagrams, result))
+            result.inputs += count
+        run.inputs[kind] = sent
+    rng.shuffle(jobs)
+    await _run_jobs(jobs, concurrency=32)
+    await asyncio.sleep(2.0)  # replies, elections and retries triggered by the barrage
+    run.hold_growth_kib = await _hold_huge_frames(cluster, pids, hold_connections)
+    run.rss_after = {n: rss_kib(pid) for n, pid in pids.items()}
+    run.problems += [f"node {n.node_id} exited ({n.returncode})" for n in cluster.exited()]
+    await cluster.wait_ready(60)
+    run.problems += await produce_and_read_back(cluster.bootstrap)
+    after = await replicas_bytes(cluster)
+    for node_id in before:
+        run.problems += [
+            f"node {node_id}: {p}" for p in prefix_intact(before[node_id], after[node_id])
+        ]
+    run.seconds = time.perf_counter() - started
+    return run
+
+
+async def _run_jobs(jobs: list[Any], concurrency: int) -> None:
+    queue = list(reversed(jobs))
+
+    async def worker() -> None:
+        while queue:
+            send, address, items, result = queue.pop()
+            if send is send_datagrams:
+                send_datagrams(address, items)
+                await asyncio.sleep(0)
+            else:
+                await send(address, items, result, 0.3)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+async def _hold_huge_frames(
+    cluster: LocalCluster, pids: dict[int, int], connections: int
+) -> dict[int, int]:
+    """RSS growth (KiB) of each node while ``connections`` client and as many peer
+    connections each announce an 80 MiB frame and send nothing more."""
+    header = _announce(16 << 20, 64 << 20)
+    growth = {}
+    for node_id, node in cluster.nodes.items():
+        pid = pids[node_id]
+        before = rss_kib(pid)["VmRSS"]
+        writers = await hold_huge_frames(node.client_address, connections, header)
+        writers += await hold_huge_frames(node.peer_address, connections, header)
+        await asyncio.sleep(0.5)
+        growth[node_id] = rss_kib(pid)["VmRSS"] - before
+        for writer in writers:
+            writer.close()
+    return growth
+
+
+def _announce(message_len: int, payload_len: int) -> bytes:
+    import struct
+
+    from laminar.framing import MAGIC, VERSION
+    from laminar.protocol import KIND_PEER
+
+    return struct.pack("<HBBIII", MAGIC, VERSION, KIND_PEER, message_len, payload_len, 0)

@@ -22,7 +22,7 @@ from laminar.errors import InvalidRequestError, LaminarError, OffsetOutOfRangeEr
 from laminar.framing import MAGIC, MAX_PAYLOAD_BYTES, VERSION
 from laminar.membership import codec as swim_codec
 from laminar.membership.driver import SwimDriver
-from laminar.membership.messages import Sync, Update
+from laminar.membership.messages import Gossip, Sync, Update
 from laminar.membership.swim import MemberState, SwimConfig
 from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
 from laminar.protocol import (
@@ -343,3 +343,19 @@ async def _gossip_unsendable(address: str) -> None:
         assert driver._ticker is not None and not driver._ticker.done()
     finally:
         await driver.stop()
+
+
+async def test_gossip_from_an_id_beyond_uint32_leaves_cluster_status_working(
+    node: InProcessNode,
+) -> None:
+    """Gossip from node id 2**64-1 (SWIM ids are UInt64) made every cluster-status request
+    fail: its member entry did not fit the reply's UInt32 nodeId (admin CLI, wait_ready)."""
+    from laminar.client import Admin
+
+    for source in (2**64 - 1, 2**32):
+        alive = Update(source, "127.0.0.1:9", 1, MemberState.ALIVE, {})
+        node.node.swim._on_datagram(swim_codec.encode(Gossip(source, (alive,))), ("127.0.0.1", 9))
+    assert {2**64 - 1, 2**32} <= {m.node_id for m in node.node.swim.members}
+    async with Admin(node.config.listen) as admin:
+        status = await admin.cluster_status()
+    assert [m.node_id for m in status.members] == [1]

@@ -37,6 +37,7 @@ from laminar.protocol import (
     KIND_REQUEST,
     KIND_RESPONSE,
     LATEST,
+    MAX_NODE_ID,
     client_schema,
     decode,
     fill_error,
@@ -380,7 +381,10 @@ class ClientServer:
         gossip = {m.node_id: m for m in node.swim.members}
         voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
         replica_counts = node.state.replica_counts()
-        members = sorted(set(node.state.nodes) | set(gossip) | {node.node_id})
+        # Gossip is unauthenticated and SWIM ids are UInt64: an id beyond a node id's UInt32
+        # can be no member of this cluster, and would not fit the reply.
+        known = set(node.state.nodes) | set(gossip) | {node.node_id}
+        members = sorted(n for n in known if n <= MAX_NODE_ID)
         slots = status.init("members", len(members))
         for slot, node_id in zip(slots, members, strict=True):
             member = gossip.get(node_id)
