@@ -42,6 +42,7 @@ from laminar.protocol import (
 from laminar.raft import ConfState, Entry, EntryKind, MessageType
 from laminar.raft import Message as RaftMessage
 from laminar.raft.confchange import encode_conf
+from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
 
 FAKE_PEER_ID = 99
@@ -302,7 +303,12 @@ def raft_messages(rng: random.Random, target: PeerTarget) -> Frame:
         if mtype == MessageType.APPEND:
             message.entries = _entries(rng, min(index + 1, 2**62), term)
         messages.append((group, message))
-    encoded, payload = encode_messages(messages)
+    try:
+        encoded, payload = encode_messages(messages)
+    except (OverflowError, ValueError, READ_ERRORS[0]):  # an entry offset past Int64
+        for _, message in messages:
+            message.entries = []
+        encoded, payload = encode_messages(messages)
     return Frame(KIND_PEER, encoded, b"".join(bytes(p) for p in payload))
 
 

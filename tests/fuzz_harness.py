@@ -49,6 +49,7 @@ from tests.fuzz_cases import (
     mutate_frame,
     peer_frame,
     seal,
+    valid_peer_frame,
 )
 
 KINDS = ("client", "peer", "gossip")
@@ -67,9 +68,12 @@ class Findings:
     loop_errors: list[str] = field(default_factory=list)  # unhandled errors in callbacks/tasks
     logged_errors: Counter[str] = field(default_factory=Counter)  # node log events >= error
     examples: list[str] = field(default_factory=list)
+    inputs: list[tuple[str, bytes]] = field(default_factory=list)  # the first few, whole
 
     def record(self, kind: str, error: BaseException, data: bytes) -> None:
         self.escaped[f"{kind}: {type(error).__name__}: {str(error)[:80]}"] += 1
+        if len(self.inputs) < 20:
+            self.inputs.append((kind, data))
         if len(self.examples) < 20:
             self.examples.append(
                 f"{kind} {type(error).__name__}: {error!r} input={data[:200].hex()}"
@@ -335,7 +339,7 @@ async def fuzz_stream(
         transport.close()
         if result.connections % 8 == 0:
             await settle(node)
-    await settle(node, 0)
+    await settle(node)  # (long polls and commit waits may outlive the run)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -383,7 +387,7 @@ async def fuzz_in_process(
     result = await fuzz_stream(kind, accept, peer_frames, count, rng, findings, node)
     result.valid_inputs, result.valid_seconds = await _valid_baseline(
         accept,
-        lambda r: seal(peer_frame(r, peer), True),
+        lambda r: seal(valid_peer_frame(r, peer), True),
         rng,
         node,
         max(200, count // 50),
@@ -417,7 +421,7 @@ async def _valid_baseline(
         if transport.closed:
             findings.record("valid", ConnectionError("the node closed a valid stream"), frame)
             break
-    await settle(node, 0)
+    await settle(node)
     seconds = time.perf_counter() - started
     transport.close()
     return count, seconds
