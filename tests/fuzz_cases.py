@@ -246,11 +246,32 @@ def client_request(rng: random.Random, target: ClientTarget) -> Frame:
 
 @dataclass(frozen=True, slots=True)
 class PeerTarget:
-    """What a generated peer frame may name: the receiver and the cluster's group ids."""
+    """What a generated peer frame may name: the receiver and the cluster's group ids.
+
+    With ``followers_only``, messages only a leader or candidate sends (APPEND, HEARTBEAT,
+    RESET, TIMEOUT_NOW, VOTE, PRE_VOTE) name groups that do not exist: the peer port does not
+    authenticate, and Raft itself trusts a leader (a stranger's APPEND that matches a
+    follower's log is appended and committed), so against a real cluster that is authority
+    rather than malformed input (see the fuzzing notes in the report).
+    """
 
     node_id: int
     cluster_id: str
     groups: tuple[int, ...]
+    followers_only: bool = False
+
+
+LEADER_TYPES = frozenset(
+    {
+        MessageType.APPEND,
+        MessageType.HEARTBEAT,
+        MessageType.RESET,
+        MessageType.TIMEOUT_NOW,
+        MessageType.VOTE,
+        MessageType.PRE_VOTE,
+    }
+)
+UNKNOWN_GROUP = (7 << 20) | 5
 
 
 def hello(target: PeerTarget, node_id: int = FAKE_PEER_ID) -> Frame:
@@ -285,6 +306,8 @@ def raft_messages(rng: random.Random, target: PeerTarget) -> Frame:
     for _ in range(rng.choice((0, 1, 1, 2, 5))):
         group = rng.choice(target.groups) if rng.random() < 0.85 else u64(rng)
         mtype = rng.choice(list(MessageType))
+        if target.followers_only and mtype in LEADER_TYPES:
+            group = UNKNOWN_GROUP
         term = rng.randrange(0, 40) if rng.random() < 0.85 else u64(rng)
         index = rng.randrange(-1, 200) if rng.random() < 0.85 else i64(rng)
         message = RaftMessage(
