@@ -5,7 +5,9 @@ frame that fails its checks closes only the connection that sent it.
 
 Memory per connection is bounded by what the peer actually sent, never by what a header
 claims: a large frame's buffer starts at ``GROW_FROM`` bytes and grows fourfold as bytes
-arrive, up to the announced size, so 16 bytes announcing an 80 MiB frame cost 1 MiB.
+arrive, up to the announced size, so 16 bytes announcing an 80 MiB frame cost 1 MiB. The
+staging buffer is allocated at the first read, not with the protocol (uvloop creates the
+protocol before connecting, so every failed dial attempt used to cost 256 KiB).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ is received straight into a buffer of its own (no copy of the record batches ins
 
 _spare_buffers: list[bytearray] = []
 MAX_SPARE_BUFFERS = 8
+_NO_STAGING = bytearray()
 GROW_FROM = 1 << 20
 """The first buffer of a large frame not yet received: at most this, or four times what has
 arrived, whichever is more (a length field alone never makes the node allocate much)."""
@@ -86,7 +89,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self._on_frame = on_frame
         self._on_close = on_close
         self._crc_covers_payload = crc_covers_payload  # False on client connections (framing)
-        self._staging = bytearray(STAGING_BYTES)
+        self._staging = _NO_STAGING  # until the first read: a protocol made for a connection
+        # attempt that fails, or a connection that never sends, costs no staging buffer
         self._start = 0  # unparsed bytes are self._staging[self._start:self._end]
         self._end = 0
         self._large: bytearray | None = None  # a large frame being received, header included
@@ -108,7 +112,9 @@ class FramedProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
             return memoryview(self._large)[self._large_filled : self._large_size]
-        if self._end == len(self._staging):  # full: move the unparsed tail to the front
+        if not self._staging:
+            self._staging = bytearray(STAGING_BYTES)
+        elif self._end == len(self._staging):  # full: move the unparsed tail to the front
             pending = self._end - self._start
             self._staging[:pending] = self._staging[self._start : self._end]
             self._start, self._end = 0, pending

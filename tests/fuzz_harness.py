@@ -471,11 +471,11 @@ def install_loop_handler(findings: Findings) -> None:
 
 
 def rss_kib(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
+    """VmRSS, VmHWM (peak RSS) and RssAnon (heap, not mapped log files) of a process, KiB."""
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon"):
             out[key] = int(value.split()[0])
     return out
 
