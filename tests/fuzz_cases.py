@@ -31,7 +31,6 @@ from laminar.membership.messages import Ack, Gossip, Message, Nack, Ping, PingRe
 from laminar.membership.state import MAX_INCARNATION, MemberState
 from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
 from laminar.protocol import (
-    CLIENT_CRC_COVERS_PAYLOAD,
     KIND_PEER,
     KIND_REQUEST,
     KIND_RESPONSE,
@@ -105,11 +104,6 @@ def seal(frame: Frame, covers_payload: bool) -> bytes:
             frame.kind, frame.message, frame.payload, crc_covers_payload=covers_payload
         )
     )
-
-
-def raw_header(kind: int, message_len: int, payload_len: int, crc: int = 0) -> bytes:
-    prefix = struct.pack("<HBBII", MAGIC, VERSION, kind, message_len, payload_len)
-    return prefix + struct.pack("<I", crc)
 
 
 # -- record batches ----------------------------------------------------------------------------
@@ -485,9 +479,6 @@ def mutate_message(rng: random.Random, message: bytes) -> bytes:
     return rng.randbytes(len(message))  # right length, random words
 
 
-Mutator = Callable[[random.Random, Frame, bool], bytes]
-
-
 def mutate_frame(rng: random.Random, frame: Frame, covers_payload: bool) -> bytes:
     """One hostile encoding of ``frame`` (bytes to send); a fifth stay valid, as a baseline."""
     roll = rng.random()
@@ -539,15 +530,3 @@ def mutate_datagram(rng: random.Random, datagram: bytes) -> bytes:
     if roll < 0.14:  # a payload after the message
         return seal(Frame(KIND_SWIM, frame.message, rng.randbytes(rng.randrange(1, 40))), True)
     return mutate_frame(rng, frame, True)
-
-
-def client_stream_mutation(rng: random.Random, frames: list[bytes]) -> bytes:
-    """Frames of one connection, concatenated; sometimes spliced into each other."""
-    data = b"".join(frames)
-    if rng.random() < 0.05 and data:
-        at = rng.randrange(len(data))
-        data = data[:at] + rng.randbytes(rng.randrange(1, 20)) + data[at:]
-    return data
-
-
-CLIENT_COVERS = CLIENT_CRC_COVERS_PAYLOAD

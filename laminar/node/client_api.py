@@ -199,7 +199,9 @@ class ClientServer:
             raise InvalidRequestError(f"invalid topic settings: {exc}") from None
         command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
         await self.node.metadata_service.propose(command)
-        topic = self.node.state.topics[spec.name]
+        topic = self.node.state.topics.get(spec.name)
+        if topic is None:  # a delete committed right behind the create
+            raise UnknownTopicError(f"topic {spec.name!r} was deleted as it was created")
         self._fill_topic(response.body.init("topic"), topic)
 
     async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
