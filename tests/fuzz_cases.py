@@ -242,17 +242,21 @@ def client_request(rng: random.Random, target: ClientTarget) -> Frame:
 class PeerTarget:
     """What a generated peer frame may name: the receiver and the cluster's group ids.
 
-    With ``followers_only``, messages only a leader or candidate sends (APPEND, HEARTBEAT,
-    RESET, TIMEOUT_NOW, VOTE, PRE_VOTE) name groups that do not exist: the peer port does not
-    authenticate, and Raft itself trusts a leader (a stranger's APPEND that matches a
-    follower's log is appended and committed), so against a real cluster that is authority
-    rather than malformed input (see the fuzzing notes in the report).
+    Messages only a leader or candidate sends (APPEND, HEARTBEAT, RESET, TIMEOUT_NOW, VOTE,
+    PRE_VOTE) name a real group only if it is in ``leader_groups``, else a group that does not
+    exist. The peer port authenticates nothing and Raft trusts a leader: a stranger's APPEND
+    that matches a follower's log is appended and committed; a higher term in any message
+    makes the metadata leader step down, and a node with no metadata leader forwards metadata
+    commands to any connected peer, the stranger included, which then answers them. That is
+    authority, not malformed input: the harness leaves the metadata group out of ``groups``,
+    lets the in-process fuzz lead partition groups (and checks the damage), and a real
+    cluster's groups not at all.
     """
 
     node_id: int
     cluster_id: str
     groups: tuple[int, ...]
-    followers_only: bool = False
+    leader_groups: tuple[int, ...] = ()
 
 
 LEADER_TYPES = frozenset(
@@ -300,7 +304,7 @@ def raft_messages(rng: random.Random, target: PeerTarget) -> Frame:
     for _ in range(rng.choice((0, 1, 1, 2, 5))):
         group = rng.choice(target.groups) if rng.random() < 0.85 else u64(rng)
         mtype = rng.choice(list(MessageType))
-        if target.followers_only and mtype in LEADER_TYPES:
+        if mtype in LEADER_TYPES and group not in target.leader_groups:
             group = UNKNOWN_GROUP
         term = rng.randrange(0, 40) if rng.random() < 0.85 else u64(rng)
         index = rng.randrange(-1, 200) if rng.random() < 0.85 else i64(rng)

@@ -19,6 +19,7 @@ import random
 import socket
 import sys
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from laminar.client.types import TopicPartition
 from laminar.errors import ProtocolError
 from laminar.framing import HEADER_SIZE, parse_header
 from laminar.node.config import NodeConfig
-from laminar.node.metadata import METADATA_GROUP, group_id
+from laminar.node.metadata import group_id
 from laminar.node.node import Node
 from laminar.protocol import CLIENT_CRC_COVERS_PAYLOAD, KIND_RESPONSE, client_schema, decode
 from laminar.transport import FramedProtocol, split_address
@@ -69,6 +70,8 @@ class Findings:
     logged_errors: Counter[str] = field(default_factory=Counter)  # node log events >= error
     examples: list[str] = field(default_factory=list)
     inputs: list[tuple[str, bytes]] = field(default_factory=list)  # the first few, whole
+    benign: Counter[str] = field(default_factory=Counter)  # noise, not failures (see below)
+    known: Counter[str] = field(default_factory=Counter)  # KNOWN_DEFECTS, reported apart
 
     def record(self, kind: str, error: BaseException, data: bytes) -> None:
         self.escaped[f"{kind}: {type(error).__name__}: {str(error)[:80]}"] += 1
@@ -212,8 +215,8 @@ class InProcessNode:
 
     def peer_target(self) -> PeerTarget:
         topic = self.node.state.topics[TOPIC]
-        groups = (METADATA_GROUP, *(group_id(topic.topic_id, p) for p in range(PARTITIONS)))
-        return PeerTarget(self.node.node_id, self.config.cluster_id, groups)
+        partitions = tuple(group_id(topic.topic_id, p) for p in range(PARTITIONS))
+        return PeerTarget(self.node.node_id, self.config.cluster_id, partitions, partitions)
 
     def gossip_target(self) -> GossipTarget:
         return GossipTarget(self.node.node_id, self.config.peer_listen)
@@ -457,12 +460,43 @@ async def _fuzz_gossip(
     return result
 
 
+KNOWN_DEFECTS = {
+    # A node with no metadata leader forwards metadata commands to any connected peer, the
+    # fuzzing stranger included (a higher term in any of its messages unseats the leader),
+    # and reads the answer's "index" unchecked: a forged reply kills the proposing task.
+    # The fix belongs in node/metadata_service.py (not this fuzzer's to change): forward
+    # only to registered nodes, and validate the reply. Reported apart, not hidden.
+    "metadata-reply-unchecked": ("Error", "metadata_service.py:66"),
+}
+
+
 def install_loop_handler(findings: Findings) -> None:
     loop = asyncio.get_running_loop()
 
     def handler(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exception = context.get("exception")
-        findings.loop_errors.append(f"{context.get('message')}: {exception!r}"[:300])
+        message = str(context.get("message"))
+        if message.startswith("Future exception was never retrieved") and isinstance(
+            exception, socket.gaierror
+        ):
+            # A dial of a gossiped host name, cancelled while uvloop's lookup was under way
+            # (the address changed): the lookup's failure is then nobody's. Log noise only.
+            findings.benign[f"unretrieved lookup failure: {exception}"] += 1
+            return
+        where = ""
+        if exception is not None and exception.__traceback__ is not None:
+            frames = traceback.extract_tb(exception.__traceback__)[-3:]
+            where = " at " + " < ".join(f"{Path(f.filename).name}:{f.lineno}" for f in frames)
+        error = f"{message}: {exception!r}{where}"[:400]
+        known = [
+            name
+            for name, (kind, place) in KNOWN_DEFECTS.items()
+            if kind in error and place in error
+        ]
+        if known:
+            findings.known[known[0]] += 1
+        else:
+            findings.loop_errors.append(error)
 
     loop.set_exception_handler(handler)
 
@@ -586,7 +620,7 @@ Snapshot = dict[int, dict[int, bytes]]  # node id -> partition -> committed batc
 
 async def prepare_cluster(cluster: LocalCluster) -> tuple[Snapshot, tuple[int, ...]]:
     """Create TOPIC (replicated on every node) and write records; return each node's bytes
-    and the Raft group ids (metadata and TOPIC's partitions)."""
+    and the Raft group ids of TOPIC's partitions."""
     from laminar.client import Admin, Producer
 
     await cluster.wait_ready(60)
@@ -595,7 +629,7 @@ async def prepare_cluster(cluster: LocalCluster) -> tuple[Snapshot, tuple[int, .
     async with Producer(cluster.bootstrap) as producer:
         for i in range(200):
             await producer.send_and_wait(TOPIC, b"before-%d" % i, partition=i % PARTITIONS)
-    groups = (METADATA_GROUP, *(group_id(topic.topic_id, p) for p in range(PARTITIONS)))
+    groups = tuple(group_id(topic.topic_id, p) for p in range(PARTITIONS))
     return await replicas_bytes(cluster), groups
 
 
@@ -644,7 +678,7 @@ async def fuzz_cluster(
                 ]
                 jobs.append((send_stream, client_address, frames, result))
             elif kind == "peer":
-                target = PeerTarget(node_id, "laminar", groups, followers_only=True)
+                target = PeerTarget(node_id, "laminar", groups)
                 frames = [mutate_frame(rng, peer_frame(rng, target), True) for _ in range(count)]
                 if rng.random() < 0.9:
                     frames.insert(0, seal(hello(target), True))
