@@ -36,6 +36,7 @@ ACKS_BY_NAME = {"all": ACKS_ALL, "leader": ACKS_LEADER, "none": ACKS_NONE}
 
 EARLIEST = -2
 LATEST = -1
+MAX_NODE_ID = 2**32 - 1  # node ids are UInt32 in every client and peer message
 
 client_schema: Any = schemas.load("client")
 cluster_schema: Any = schemas.load("cluster")
@@ -82,6 +83,16 @@ def decode(struct_type: Any, message: bytes | bytearray | memoryview) -> Any:
     except Exception as exc:  # pycapnp raises KjException or ValueError on garbage
         raise ProtocolError(f"malformed message: {str(exc).splitlines()[0]}") from None
     return _Kept(reader, data)
+
+
+def request_body(request: Any) -> tuple[str, Any]:
+    """A decoded Request's body: (union member name, its reader); ProtocolError if the union
+    cannot be read (e.g. a discriminant no schema version defines)."""
+    try:
+        which = request.body.which()
+        return which, getattr(request.body, which)
+    except Exception as exc:  # pycapnp: KjException
+        raise ProtocolError(f"malformed request body: {str(exc).splitlines()[0]}") from None
 
 
 class _Kept:

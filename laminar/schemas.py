@@ -16,6 +16,10 @@ SCHEMA_DIR = Path(__file__).parent / "schema"
 
 capnp.remove_import_hook()
 
+READ_ERRORS: tuple[type[Exception], ...] = (capnp.KjException, UnicodeDecodeError)
+"""What reading a field of a malformed message raises. ``from_bytes`` only checks the root, so
+a bad pointer or invalid UTF-8 in a Text field surfaces when (and only if) the field is read."""
+
 
 @functools.cache
 def load(name: str) -> Any:

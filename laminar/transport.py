@@ -2,6 +2,12 @@
 
 Used by the node (client and peer listeners, peer connections) and by the client library. A
 frame that fails its checks closes only the connection that sent it.
+
+Memory per connection is bounded by what the peer actually sent, never by what a header
+claims: a large frame's buffer starts at ``GROW_FROM`` bytes and grows fourfold as bytes
+arrive, up to the announced size, so 16 bytes announcing an 80 MiB frame cost 1 MiB. The
+staging buffer is allocated at the first read, not with the protocol (uvloop creates the
+protocol before connecting, so every failed dial attempt used to cost 256 KiB).
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ is received straight into a buffer of its own (no copy of the record batches ins
 
 _spare_buffers: list[bytearray] = []
 MAX_SPARE_BUFFERS = 8
+_NO_STAGING = bytearray()
+GROW_FROM = 1 << 20
+"""The first buffer of a large frame not yet received: at most this, or four times what has
+arrived, whichever is more (a length field alone never makes the node allocate much)."""
 
 
 def recycle(payload: memoryview) -> None:
@@ -50,13 +60,20 @@ def recycle(payload: memoryview) -> None:
         del _spare_buffers[:-MAX_SPARE_BUFFERS]
 
 
-def _large_buffer(size: int) -> bytearray:
-    """A buffer of at least ``size`` bytes: the smallest recycled one not over twice that, or
-    a new one with room for a somewhat larger frame next time (fetch sizes vary a little)."""
+def _large_buffer(size: int, received: int) -> bytearray:
+    """A buffer for a frame of ``size`` bytes of which ``received`` are here: the smallest
+    recycled one of ``size`` to twice that, else a new one of ``_capacity`` bytes."""
     for i, spare in enumerate(_spare_buffers):
         if size <= len(spare) <= 2 * size:
             return _spare_buffers.pop(i)
-    return bytearray(-(-(size + size // 4) // (1 << 20)) << 20)
+    return bytearray(_capacity(size, received))
+
+
+def _capacity(size: int, received: int) -> int:
+    """Room for the whole frame plus some (a recycled buffer then fits a somewhat larger
+    frame next time), but never more than four times what has arrived (or GROW_FROM)."""
+    whole = -(-(size + size // 4) // (1 << 20)) << 20
+    return min(whole, max(GROW_FROM, 4 * received))
 
 
 class FramedProtocol(asyncio.BufferedProtocol):
@@ -72,7 +89,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self._on_frame = on_frame
         self._on_close = on_close
         self._crc_covers_payload = crc_covers_payload  # False on client connections (framing)
-        self._staging = bytearray(STAGING_BYTES)
+        self._staging = _NO_STAGING  # until the first read: a protocol made for a connection
+        # attempt that fails, or a connection that never sends, costs no staging buffer
         self._start = 0  # unparsed bytes are self._staging[self._start:self._end]
         self._end = 0
         self._large: bytearray | None = None  # a large frame being received, header included
@@ -94,7 +112,9 @@ class FramedProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
             return memoryview(self._large)[self._large_filled : self._large_size]
-        if self._end == len(self._staging):  # full: move the unparsed tail to the front
+        if not self._staging:
+            self._staging = bytearray(STAGING_BYTES)
+        elif self._end == len(self._staging):  # full: move the unparsed tail to the front
             pending = self._end - self._start
             self._staging[:pending] = self._staging[self._start : self._end]
             self._start, self._end = 0, pending
@@ -107,6 +127,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
                 if self._large_filled == self._large_size:
                     frame, self._large = self._large, None
                     self._deliver(memoryview(frame)[: self._large_size])
+                elif self._large_filled == len(self._large):
+                    self._grow_large()
                 return
             self._end += nbytes
             self._parse_staging()
@@ -124,7 +146,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
             available = self._end - start
             if available < size:
                 if size > len(staging) // 2:  # large: continue it in a buffer of its own
-                    self._large = _large_buffer(size)
+                    self._large = _large_buffer(size, available)
                     self._large_size = size
                     # (a memoryview copy: bytearray slice assignment is many times slower)
                     memoryview(self._large)[:available] = view[start : self._end]
@@ -136,6 +158,14 @@ class FramedProtocol(asyncio.BufferedProtocol):
             self._deliver(bytes(view[start : start + size]))
         if self._start == self._end:
             self._start = self._end = 0
+
+    def _grow_large(self) -> None:
+        """The large frame's buffer is full but the frame is not: move it to a larger one."""
+        assert self._large is not None
+        filled = self._large_filled
+        larger = bytearray(_capacity(self._large_size, filled))
+        memoryview(larger)[:filled] = memoryview(self._large)[:filled]
+        self._large = larger
 
     def _deliver(self, frame: bytes | memoryview) -> None:
         view = memoryview(frame)

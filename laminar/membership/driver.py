@@ -211,7 +211,7 @@ class SwimDriver:
         data = codec.encode(message)
         try:
             transport.sendto(data, target)
-        except OSError:
+        except (OSError, ValueError):  # uvloop: ValueError for a name or the other family
             self.stats.send_errors += 1
             return
         self.stats.datagrams_sent += 1

@@ -1,7 +1,9 @@
 """Node-internal request/reply over the peer connections (JSON bodies).
 
 Used for what is not Raft traffic: forwarding metadata commands to the metadata leader and
-gathering per-node status. Small and rare, so JSON is fine here.
+gathering per-node status. Small and rare, so JSON is fine here. A body is a peer's input
+like any other: one that is not JSON, or a command lacking or mistyping a field, gets a typed
+error, never an exception out of the frame handler (nor a traceback in the log).
 """
 
 from __future__ import annotations
@@ -14,8 +16,15 @@ from typing import Any
 
 import structlog
 
-from laminar.errors import ERRORS_BY_CODE, LaminarError, RequestTimeoutError
+from laminar.errors import (
+    ERRORS_BY_CODE,
+    InvalidRequestError,
+    LaminarError,
+    ProtocolError,
+    RequestTimeoutError,
+)
 from laminar.node.peers import PeerNetwork, new_peer_message
+from laminar.node.raft_codec import Call, Reply
 
 log = structlog.get_logger(__name__)
 
@@ -51,18 +60,20 @@ class PeerCalls:
         finally:
             self._waiting.pop(call_id, None)
 
-    def received(self, peer: int, which: str, body: Any) -> None:
-        if which == "reply":
+    def received(self, peer: int, which: str, body: Call | Reply) -> None:
+        if isinstance(body, Reply):
             future = self._waiting.get(body.id)
             if future is None or future.done():
                 return
             if body.errorCode:
-                cls = ERRORS_BY_CODE.get(body.errorCode, LaminarError)
-                future.set_exception(cls(body.errorMessage))
-            else:
-                future.set_result(json.loads(bytes(body.body) or b"null"))
-        elif which == "call":
-            task = asyncio.create_task(self._serve(peer, body.id, body.method, bytes(body.body)))
+                future.set_exception(_error(body.errorCode, body.errorMessage))
+                return
+            try:
+                future.set_result(json.loads(body.body or b"null"))
+            except (ValueError, RecursionError) as exc:
+                future.set_exception(ProtocolError(f"node {peer} sent a malformed reply: {exc}"))
+        elif isinstance(body, Call):
+            task = asyncio.create_task(self._serve(peer, body.id, body.method, body.body))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -74,12 +85,34 @@ class PeerCalls:
             handler = self._handlers.get(method)
             if handler is None:
                 raise LaminarError(f"unknown internal method {method!r}")
-            reply.body = json.dumps(await handler(peer, json.loads(body))).encode()
+            reply.body = json.dumps(await handler(peer, _json_body(body))).encode()
         except LaminarError as exc:
             reply.errorCode = exc.code
             reply.errorMessage = str(exc)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A well-formed call whose command lacks or mistypes a field: the caller's defect.
+            log.warning("malformed internal call", method=method, peer=peer, error=repr(exc))
+            reply.errorCode = InvalidRequestError.code
+            reply.errorMessage = f"malformed {method} call: {type(exc).__name__}: {exc}"
         except Exception as exc:
             log.exception("internal call failed", method=method)
             reply.errorCode = LaminarError.code
             reply.errorMessage = f"{type(exc).__name__}: {exc}"
         self._peers.send_other(peer, message)
+
+
+def _json_body(body: bytes) -> Any:
+    """A call's body decoded, or InvalidRequestError."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:  # incl. UnicodeDecodeError, nesting bombs
+        raise InvalidRequestError(f"call body is not JSON: {exc}") from None
+
+
+def _error(code: int, message: str) -> LaminarError:
+    """The typed error a reply names (LaminarError for codes whose class needs more)."""
+    cls = ERRORS_BY_CODE.get(code, LaminarError)
+    try:
+        return cls(message)
+    except TypeError:  # e.g. OffsetOutOfRangeError(offset, start, end)
+        return LaminarError(message)

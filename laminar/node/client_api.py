@@ -24,6 +24,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.node.metadata import Topic
 from laminar.node.replica import Replica, Waiter
 from laminar.node.status import cluster_view, move_stage
@@ -36,11 +37,15 @@ from laminar.protocol import (
     KIND_REQUEST,
     KIND_RESPONSE,
     LATEST,
+    MAX_NODE_ID,
     client_schema,
     decode,
     fill_error,
+    request_body,
 )
+from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
+from laminar.segment.log import LogConfig
 from laminar.transport import FramedProtocol, split_address
 
 if TYPE_CHECKING:
@@ -49,6 +54,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 MAX_FETCH_WAIT_MS = 30_000
+MAX_FETCH_BYTES = MAX_PAYLOAD_BYTES // 2
+"""A fetch reply's payload stays under what any client accepts in one frame, whatever
+maxBytes asks for (whole batches may overshoot a limit by one batch)."""
 
 
 class ClientServer:
@@ -79,7 +87,8 @@ class ClientServer:
             if kind != KIND_REQUEST:
                 raise ProtocolError(f"unexpected frame kind {kind} from a client")
             request = decode(client_schema.Request, message)
-            task = asyncio.create_task(self._serve(protocol, request, payload))
+            which, body = request_body(request)
+            task = asyncio.create_task(self._serve(protocol, request, which, body, payload))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
@@ -91,25 +100,34 @@ class ClientServer:
         self._connections.add(protocol)
         return protocol
 
-    async def _serve(self, connection: FramedProtocol, request: Any, payload: memoryview) -> None:
+    async def _serve(
+        self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
+    ) -> None:
         response = client_schema.Response.new_message()
         out_payload: list[Any] = []
+        no_reply_wanted = False
         try:
             response.correlationId = request.correlationId
-            which = request.body.which()
+            # acks=0: the client reads no reply, and one arriving after it closed would make
+            # its kernel reset the connection, discarding requests not yet read (as in Kafka)
+            no_reply_wanted = which == "produce" and body.acks == ACKS_NONE
             handler = getattr(self, f"_on_{which}")
-            out_payload = await handler(getattr(request.body, which), response, payload) or []
+            out_payload = await handler(body, response, payload) or []
         except LaminarError as exc:
             fill_error(response.error, exc)
         except asyncio.CancelledError:
             raise
+        except READ_ERRORS as exc:  # a field of a malformed request, read by the handler
+            reason = str(exc).splitlines()[0]
+            log.warning("malformed request", peer=connection.peer, error=reason)
+            fill_error(response.error, ProtocolError(f"malformed request: {reason}"))
+            out_payload = []
         except Exception as exc:  # never let a request take the node down
             log.exception("request failed")
             fill_error(response.error, ProtocolError(f"could not serve request: {exc}"))
             out_payload = []
-        if no_reply_wanted(request):
-            return  # acks=0: the client reads no reply, and one arriving after it closed
-            # would make its kernel reset the connection, discarding requests not yet read
+        if no_reply_wanted:
+            return
         if not connection.closed:
             connection.send_parts(KIND_RESPONSE, response.to_bytes(), out_payload)
 
@@ -169,9 +187,21 @@ class ClientServer:
                 "retention_bytes": spec.retentionBytes,
             }
         )
+        try:  # what every replica's log will be opened with: refuse now what it would refuse
+            LogConfig(
+                segment_bytes=settings.segment_bytes,
+                segment_ms=settings.segment_ms,
+                retention_ms=settings.retention_ms,
+                retention_bytes=settings.retention_bytes,
+                max_batch_bytes=self.node.config.max_batch_bytes,
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(f"invalid topic settings: {exc}") from None
         command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
         await self.node.metadata_service.propose(command)
-        topic = self.node.state.topics[spec.name]
+        topic = self.node.state.topics.get(spec.name)
+        if topic is None:  # a delete committed right behind the create
+            raise UnknownTopicError(f"topic {spec.name!r} was deleted as it was created")
         self._fill_topic(response.body.init("topic"), topic)
 
     async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
@@ -298,7 +328,7 @@ class ClientServer:
         results = response.body.init("fetch").init("results", len(wanted))
         chunks: list[bytes] = []
         position = 0
-        budget = body.maxBytes or (4 << 20)
+        budget = min(body.maxBytes or (4 << 20), MAX_FETCH_BYTES)
         for slot, ask, replica in zip(results, wanted, replicas, strict=True):
             slot.topic = ask.topic
             slot.partition = ask.partition
@@ -354,7 +384,10 @@ class ClientServer:
         gossip = {m.node_id: m for m in node.swim.members}
         voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
         replica_counts = node.state.replica_counts()
-        members = sorted(set(node.state.nodes) | set(gossip) | {node.node_id})
+        # Gossip is unauthenticated and SWIM ids are UInt64: an id beyond a node id's UInt32
+        # can be no member of this cluster, and would not fit the reply.
+        known = set(node.state.nodes) | set(gossip) | {node.node_id}
+        members = sorted(n for n in known if n <= MAX_NODE_ID)
         slots = status.init("members", len(members))
         for slot, node_id in zip(slots, members, strict=True):
             member = gossip.get(node_id)
@@ -423,9 +456,3 @@ def first_offset_at(replica: Replica, timestamp: int) -> int | None:
         if record.timestamp >= timestamp:
             return record.offset
     return found
-
-
-def no_reply_wanted(request: Any) -> bool:
-    """A produce with acks=0 is answered by nothing, as in Kafka."""
-    body = request.body
-    return body.which() == "produce" and body.produce.acks == ACKS_NONE

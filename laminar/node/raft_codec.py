@@ -3,20 +3,52 @@
 Entry data (record batches) never enter the Cap'n Proto message: their lengths are listed in
 the entry headers and their bytes follow in the frame payload, in order, so a batch crosses the
 wire with no copy on the sending side and one slice on the receiving side.
+
+Decoding is where a peer's input is checked, since the peer port authenticates nothing: every
+value must fit what the node can store and send back (terms and offsets up to 2**62, so that
+``+ 1`` still fits the signed 64-bit fields of batch headers and messages), and every NORMAL
+entry must be one intact record batch spanning exactly its offsets. Anything else is a
+ProtocolError, which closes that one connection before a Raft group sees any of the frame.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from laminar.errors import ProtocolError
+from laminar.errors import LaminarError, ProtocolError
 from laminar.protocol import cluster_schema, decode
 from laminar.raft import Entry, EntryKind, Message, MessageType
+from laminar.segment.batch import ATTR_CONTROL, check_batch
 
 GroupMessage = tuple[int, Message]
 
 _MESSAGE_TYPES = {int(t) for t in MessageType}
 _ENTRY_KINDS = {int(k) for k in EntryKind}
+MAX_TERM = 2**62
+"""No honest cluster counts this high (one election per millisecond: 10^11 years)."""
+MAX_OFFSET = 2**62
+
+
+class Hello(NamedTuple):
+    """A peer's introduction (field names as in cluster.capnp)."""
+
+    nodeId: int
+    clusterId: str
+    address: str
+    clientAddress: str
+
+
+class Call(NamedTuple):
+    id: int
+    method: str
+    body: bytes
+
+
+class Reply(NamedTuple):
+    id: int
+    errorCode: int
+    errorMessage: str
+    body: bytes
 
 
 def encode_hello(node_id: int, cluster_id: str, address: str, client_address: str) -> bytes:
@@ -61,37 +93,37 @@ def encode_messages(messages: list[GroupMessage]) -> tuple[bytes, list[Any]]:
 
 
 def decode_peer_message(message: bytes, payload: memoryview) -> tuple[str, Any]:
-    """Decode a peer frame: ("raft", list[GroupMessage]) or (union member name, its reader).
+    """Decode a peer frame: ("raft", list[GroupMessage]), ("hello", Hello), ("call", Call) or
+    ("reply", Reply), every field read and checked here.
 
     Raises ProtocolError on anything malformed, so a bad peer frame closes its connection and
-    never reaches a Raft group.
+    never reaches a Raft group or a call handler.
     """
     try:
         reader = decode(cluster_schema.PeerMessage, message)
         which = reader.which()
+        if which == "hello":
+            h = reader.hello
+            return which, Hello(h.nodeId, h.clusterId, h.address, h.clientAddress)
+        if which == "call":
+            return which, Call(reader.call.id, reader.call.method, bytes(reader.call.body))
+        if which == "reply":
+            r = reader.reply
+            return which, Reply(r.id, r.errorCode, r.errorMessage, bytes(r.body))
         if which != "raft":
-            return which, getattr(reader, which)
+            raise ProtocolError(f"unknown peer message {which!r}")
         position = 0
         messages: list[GroupMessage] = []
         for slot in reader.raft:
             if slot.type not in _MESSAGE_TYPES:
                 raise ProtocolError(f"unknown raft message type {slot.type}")
+            _check_bounds(slot)
             entries = []
             for header in slot.entries:
-                if header.kind not in _ENTRY_KINDS or header.last < header.index:
-                    raise ProtocolError("malformed raft entry header")
                 end = position + header.dataLength
                 if end > len(payload):
                     raise ProtocolError("raft entry data runs past the frame payload")
-                entries.append(
-                    Entry(
-                        header.term,
-                        header.index,
-                        header.last,
-                        EntryKind(header.kind),
-                        payload[position:end],
-                    )
-                )
+                entries.append(_entry(header, payload[position:end]))
                 position = end
             messages.append(
                 (
@@ -115,5 +147,28 @@ def decode_peer_message(message: bytes, payload: memoryview) -> tuple[str, Any]:
         return "raft", messages
     except ProtocolError:
         raise
-    except Exception as exc:  # pycapnp raises KjException on out-of-bounds pointers
+    except Exception as exc:  # pycapnp: KjException (bad pointers), UnicodeDecodeError (Text)
         raise ProtocolError(f"malformed peer message: {str(exc).splitlines()[0]}") from None
+
+
+def _check_bounds(slot: Any) -> None:
+    if slot.term > MAX_TERM or slot.logTerm > MAX_TERM:
+        raise ProtocolError(f"implausible raft term {max(slot.term, slot.logTerm)}")
+    for value in (slot.index, slot.commit, slot.rejectHint):
+        if not -1 <= value <= MAX_OFFSET:
+            raise ProtocolError(f"raft offset {value} out of range")
+
+
+def _entry(header: Any, data: memoryview) -> Entry:
+    """One entry, checked: known kind, offsets in range, and for NORMAL one intact batch."""
+    kind, index, last, term = header.kind, header.index, header.last, header.term
+    if kind not in _ENTRY_KINDS or not 0 <= index <= last <= MAX_OFFSET or term > MAX_TERM:
+        raise ProtocolError("malformed raft entry header")
+    if kind == EntryKind.NORMAL:
+        try:
+            fields = check_batch(data)
+        except LaminarError as exc:
+            raise ProtocolError(f"raft entry {index} holds no intact batch: {exc}") from None
+        if fields[6] & ATTR_CONTROL or fields[14] != last - index + 1:
+            raise ProtocolError(f"raft entry {index} batch does not span [{index}, {last}]")
+    return Entry(term, index, last, EntryKind(kind), data)
