@@ -246,9 +246,8 @@ class PeerTarget:
     PRE_VOTE) name a real group only if it is in ``leader_groups``, else a group that does not
     exist. The peer port authenticates nothing and Raft trusts a leader: a stranger's APPEND
     that matches a follower's log is appended and committed; a higher term in any message
-    makes the metadata leader step down, and a node with no metadata leader forwards metadata
-    commands to any connected peer, the stranger included, which then answers them. That is
-    authority, not malformed input: the harness leaves the metadata group out of ``groups``,
+    makes the metadata leader step down. That is authority, not malformed input (the fix is
+    peer authentication, not validation): the harness leaves the metadata group out of ``groups``,
     lets the in-process fuzz lead partition groups (and checks the damage), and a real
     cluster's groups not at all.
     """

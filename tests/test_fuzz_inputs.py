@@ -46,7 +46,7 @@ def test_in_process_node_survives_every_kind_of_hostile_input(tmp_path: Path) ->
         structlog.configure(**saved)
     summary = f"seed {SEED}: {dict(findings.escaped)} {findings.loop_errors[:5]} "
     summary += f"{dict(findings.logged_errors)} {findings.examples[:5]}"
-    assert findings.total == 0, summary  # (KNOWN_DEFECTS are counted apart, in the bench)
+    assert findings.total == 0, summary
     assert problems == [], f"seed {SEED}: {problems}"
     for kind in KINDS:
         assert kinds[kind].inputs >= INPUTS

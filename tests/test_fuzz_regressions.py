@@ -25,6 +25,7 @@ from laminar.membership import codec as swim_codec
 from laminar.membership.driver import SwimDriver
 from laminar.membership.messages import Gossip, Sync, Update
 from laminar.membership.swim import MemberState, SwimConfig
+from laminar.node.metadata_service import _checked_reply
 from laminar.node.raft_codec import decode_peer_message, encode_hello, encode_messages
 from laminar.protocol import (
     CLIENT_CRC_COVERS_PAYLOAD,
@@ -390,3 +391,13 @@ async def _gossip_strangers(root: Path, count: int) -> int:
         return rss_kib(pid)["RssAnon"] - before
     finally:
         await target.stop()
+
+
+@pytest.mark.parametrize("reply", [None, [], {}, {"index": "7"}, {"index": -1}, {"index": 1.5}])
+def test_a_forged_answer_to_a_forwarded_proposal_is_a_protocol_error(reply: Any) -> None:
+    """A node without a metadata leader forwards proposals through a peer and read the
+    answer's "index" unchecked: a stranger's forged reply raised KeyError/TypeError out of
+    ``propose`` (ending, e.g., the node's registration task). Now a typed, retried error."""
+    with pytest.raises(ProtocolError):
+        _checked_reply(reply)
+    assert _checked_reply({"index": 3, "result": None}) == {"index": 3, "result": None}

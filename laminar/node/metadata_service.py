@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from laminar.errors import InvalidRequestError, LaminarError, NotLeaderError, RequestTimeoutError
+from laminar.errors import (
+    InvalidRequestError,
+    LaminarError,
+    NotLeaderError,
+    ProtocolError,
+    RequestTimeoutError,
+)
 from laminar.node.metadata import (
     METADATA_GROUP,
     TopicSettings,
@@ -65,21 +71,32 @@ class MetadataService:
                 if self.node.metadata.is_leader:
                     result = await self._propose_local(command)
                 else:
-                    # A node that just joined knows no leader yet: any peer forwards for it.
+                    # A node that just joined knows no leader yet: any peer forwards for it
+                    # (a registered one, once it knows them: the peer port admits strangers).
                     target = leader if leader and self.node.peers.connected(leader) else 0
-                    target = target or next(iter(self.node.peers.connected_peers()), 0)
+                    target = target or self._forwarder()
                     if not target:
                         raise NotLeaderError("no metadata leader known yet")
-                    result = await self.node.calls.call(
-                        target, "propose", command, max(0.1, deadline - time.monotonic())
+                    result = _checked_reply(
+                        await self.node.calls.call(
+                            target, "propose", command, max(0.1, deadline - time.monotonic())
+                        )
                     )
                 await self.wait_applied(result["index"], deadline - time.monotonic())
                 return result
-            except (NotLeaderError, RequestTimeoutError, ConnectionError):
+            except (NotLeaderError, RequestTimeoutError, ConnectionError, ProtocolError):
                 # Safe to retry: the request id makes a second copy a no-op.
                 if time.monotonic() > deadline:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
+
+    def _forwarder(self) -> int:
+        """A connected peer to forward a proposal through when no leader is known."""
+        connected = list(self.node.peers.connected_peers())
+        registered = self.node.state.nodes
+        if registered:
+            connected = [peer for peer in connected if peer in registered]
+        return connected[0] if connected else 0
 
     async def serve_propose(self, peer: int, command: dict[str, Any]) -> Any:
         """Commit on behalf of a peer, forwarding once to the leader if this node is not it."""
@@ -211,3 +228,14 @@ def _jsonable(result: Any) -> Any:
         return asdict(result)
     except TypeError:
         return None
+
+
+def _checked_reply(reply: Any) -> dict[str, Any]:
+    """A forwarded proposal's answer, as a peer sent it: ``{"index": offset, "result": ...}``.
+
+    Anything else (a garbled or forged reply) is a ProtocolError, which ``propose`` retries
+    like a lost connection instead of letting it end the proposer."""
+    index = reply.get("index") if isinstance(reply, dict) else None
+    if type(index) is not int or index < 0:
+        raise ProtocolError(f"malformed answer to a forwarded metadata proposal: {reply!r:.200}")
+    return reply
