@@ -11,7 +11,7 @@ KINDS = ("bitflip_sealed", "truncate_data", "delete_index")
 def _segments(data_dir: Path) -> dict[Path, list[Path]]:
     """Partition directory -> its segment data files in offset order."""
     found: dict[Path, list[Path]] = {}
-    for directory in sorted((data_dir / "partitions").glob("*")):
+    for directory in sorted((data_dir / "partitions").glob("*/log")):
         logs = sorted(directory.glob("*.log"))
         if logs:
             found[directory] = logs

@@ -284,10 +284,7 @@ class FaultRun:
             others = [n for n in nodes if n != node]
             out = {(node, other) for other in others}
             into = {(other, node) for other in others}
-            if kind == "isolate":
-                cut = out | into
-            else:
-                cut = out if params["way"] == "out" else into
+            cut = {"both": out | into, "out": out, "in": into}[params.get("way", "both")]
             assert self.proxy is not None
             self.proxy.cut(cut)
             self.note(f"cut {sorted(cut)}")
@@ -341,7 +338,42 @@ class FaultRun:
             )
             self._crashed_on_their_own()
             return
+        silent = await self.replicas_not_serving(begun + self.config.recover_timeout)
+        if silent:
+            self.anomaly(
+                f"liveness: {len(silent)} replicas not serving "
+                f"{self.config.recover_timeout:.0f}s after healing {cycle}: {silent[:6]}"
+            )
+            return
         self.note(f"recovered in {time.monotonic() - begun:.1f}s")
+
+    async def replicas_not_serving(self, deadline: float) -> list[str]:
+        """Wait until every replica of every partition answers a fetch; those that did not."""
+        problems = ["no answer yet"]
+        while problems and time.monotonic() < deadline:
+            problems = []
+            try:
+                async with Admin(self._cluster.bootstrap, request_timeout_ms=3_000) as admin:
+                    description = await admin.describe_topic(TOPIC)
+                consumer = Consumer(self._cluster.bootstrap, request_timeout_ms=3_000)
+                await consumer.start()
+            except (LaminarError, ConnectionError, TimeoutError) as exc:
+                problems = [f"topic not described: {exc}"]
+                await asyncio.sleep(0.3)
+                continue
+            try:
+                for part in description.partitions:
+                    tp = TopicPartition(TOPIC, part.partition)
+                    for replica in part.replicas:
+                        try:
+                            await consumer.fetch_batches(tp, 0, 1, node_id=replica)
+                        except (LaminarError, ConnectionError, TimeoutError) as exc:
+                            problems.append(f"p{part.partition}@node{replica}: {exc}")
+            finally:
+                await consumer.close()
+            if problems:
+                await asyncio.sleep(0.3)
+        return problems
 
     def kill(self, nodes: list[int]) -> None:
         for node in nodes:
@@ -411,10 +443,11 @@ class FaultRun:
             description = await admin.describe_topic(TOPIC)
         consumer = Consumer(self._cluster.bootstrap, request_timeout_ms=5_000)
         await consumer.start()
+        deadline = time.monotonic() + self.config.recover_timeout  # for all partitions together
         try:
             for part in description.partitions:
                 tp = TopicPartition(TOPIC, part.partition)
-                leader_hw = await self._converged_watermark(consumer, tp, part.replicas)
+                leader_hw = await self._converged_watermark(consumer, tp, part.replicas, deadline)
                 if isinstance(leader_hw, str):
                     divergences.append(leader_hw)
                     leader_hw = None
@@ -449,12 +482,11 @@ class FaultRun:
         return logs, divergences
 
     async def _converged_watermark(
-        self, consumer: Consumer, tp: TopicPartition, replicas: tuple[int, ...]
+        self, consumer: Consumer, tp: TopicPartition, replicas: tuple[int, ...], deadline: float
     ) -> int | str:
         """The high watermark once every replica reports the same one (or a problem)."""
-        deadline = time.monotonic() + self.config.recover_timeout / 2
         seen: dict[int, int | str] = {}
-        while time.monotonic() < deadline:
+        while True:
             for replica in replicas:
                 try:
                     got = await consumer.fetch_batches(tp, 0, 1, node_id=replica)
@@ -464,6 +496,8 @@ class FaultRun:
             values = set(seen.values())
             if len(values) == 1 and isinstance(next(iter(values)), int):
                 return next(iter(values))  # type: ignore[return-value]
+            if time.monotonic() >= deadline:
+                break
             await asyncio.sleep(0.3)
         return f"divergence: {tp} replicas never agreed on a high watermark: {seen}"
 

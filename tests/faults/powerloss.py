@@ -48,10 +48,8 @@ def lose_power(data_dir: Path, journal: Path, rng: random.Random, garble: bool) 
         if keep == info.st_size:
             continue
         tail = info.st_size - keep
-        if garble and rng.random() < 0.5:
-            keep_tail = rng.randrange(tail + 1)  # some of the unsynced writes reached the disk
-        else:
-            keep_tail = 0
+        # with garble, sometimes part of the unsynced writes reached the disk
+        keep_tail = rng.randrange(tail + 1) if garble and rng.random() < 0.5 else 0
         with open(path, "r+b") as file:
             file.truncate(keep + keep_tail)
             if keep_tail and rng.random() < 0.5:

@@ -156,7 +156,7 @@ class FaultProxy:
                 self._pipe(link, reader, up_writer, (link.dialer, target)),
                 self._pipe(link, up_reader, writer, (target, link.dialer)),
             )
-        except Exception:  # noqa: BLE001 - any failure ends this link, as a reset would
+        except Exception:  # any failure ends this link, as a reset would
             pass
         finally:
             if link is not None:

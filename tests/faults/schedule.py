@@ -72,6 +72,8 @@ def _fault(kind: str, rng: random.Random, nodes: int) -> Fault:
         return Fault(kind, {"garble": rng.random() < 0.5})
     if kind == "corrupt":
         return Fault(kind, {"node": rng.choice(ids), "how": rng.choice(CORRUPTIONS)})
+    if kind in CORRUPTIONS:
+        return Fault("corrupt", {"node": rng.choice(ids), "how": kind})
     if kind == "client_kill":
         return Fault(kind, {"client": rng.choice(["producer", "consumer"])})
     return Fault(kind)  # kill_leader, kill_all
@@ -81,9 +83,10 @@ def make_schedule(
     seed: int, nodes: int, faults: list[str], cycles: int, mixed: bool = False
 ) -> list[Cycle]:
     """``cycles`` cycles drawn from ``faults``; ``mixed`` sometimes applies two at once."""
-    unknown = set(faults) - set(ALL_FAULTS)
+    unknown = set(faults) - set(ALL_FAULTS) - set(CORRUPTIONS)
     if unknown:
-        raise ValueError(f"unknown faults {sorted(unknown)}; known: {', '.join(ALL_FAULTS)}")
+        known = ", ".join([*ALL_FAULTS, *CORRUPTIONS])
+        raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
     if nodes < 5 and "split" in faults:
         raise ValueError("split (3 vs 2) needs at least 5 nodes")
     rng = random.Random(seed)

@@ -17,6 +17,7 @@ would add nothing here):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -67,7 +68,7 @@ async def produce(bootstrap: str, topic: str, log_path: Path, tag: str) -> None:
                 log.write(f"S {value}")
                 try:
                     futures.append(await producer.send(topic, value.encode()))
-                except Exception as exc:  # noqa: BLE001 - every failure is logged, none hidden
+                except Exception as exc:  # every failure is logged, none hidden
                     futures.append(exc)
             for value, future in zip(values, futures, strict=True):
                 if isinstance(future, Exception):
@@ -75,35 +76,34 @@ async def produce(bootstrap: str, topic: str, log_path: Path, tag: str) -> None:
                     continue
                 try:
                     meta = await future
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.write(f"E {value} {type(exc).__name__}")
                 else:
                     log.write(f"A {value} {meta.partition} {meta.offset}")
             await asyncio.sleep(PAUSE)
 
     await asyncio.gather(*(lane() for _ in range(LANES)))
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(producer.close(), 20)
-    except TimeoutError:
-        pass
 
 
 async def consume(bootstrap: str, topic: str, log_path: Path) -> None:
     log = _Log(log_path)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    consumer = Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_ms=3_000)
-    while not stop.is_set():
+    while True:
+        consumer = Consumer(bootstrap, auto_offset_reset="earliest", request_timeout_ms=3_000)
         try:
             await consumer.start()
+            await consumer.subscribe(topic)
             break
-        except (ConnectionError, OSError):
+        except Exception:  # the cluster may be down just now: try again
+            await consumer.close()
             await asyncio.sleep(0.2)
-    await consumer.subscribe(topic)
     while not stop.is_set():
         try:
             records = await consumer.getmany(timeout_ms=200)
-        except Exception as exc:  # noqa: BLE001 - a fault can fail a fetch; go on reading
+        except Exception as exc:  # a fault can fail a fetch; go on reading
             log.write(f"X {type(exc).__name__}")
             await asyncio.sleep(0.2)
             continue
