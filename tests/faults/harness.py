@@ -52,11 +52,12 @@ class RunConfig:
     mixed: bool = False
     partitions: int = 6
     replication: int = 3
-    segment_bytes: int = 32 * 1024  # small, so sealed segments exist to corrupt
+    segment_bytes: int = 8 * 1024  # small, so sealed segments exist to corrupt
     producers: int = 2
     consumers: int = 1
     recover_timeout: float = 60.0
     settle: float = 1.0  # seconds of traffic between healing and the next fault
+    fail_fast: bool = False  # stop injecting after the first anomaly (short test runs)
     say: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
 
     def replay_command(self) -> str:
@@ -168,6 +169,7 @@ class FaultRun:
         self.anomalies: list[str] = []
         self.down: set[int] = set()  # nodes the harness killed and has not restarted
         self.paused: set[int] = set()
+        self.stuck = False  # some replica did not come back after a heal
         self.proxy: FaultProxy | None = None
         self.cluster: LocalCluster | None = None
         self.workers: _Workers | None = None
@@ -196,6 +198,9 @@ class FaultRun:
             for cycle in self.schedule:
                 await self.run_cycle(cycle)
                 cycles_run += 1
+                if self.anomalies and config.fail_fast:
+                    self.note("anomaly found: no more faults (fail_fast)")
+                    break
             try:
                 verdict = await self.finish()
             except (LaminarError, ConnectionError, TimeoutError) as exc:
@@ -338,12 +343,15 @@ class FaultRun:
             )
             self._crashed_on_their_own()
             return
-        silent = await self.replicas_not_serving(begun + self.config.recover_timeout)
+        # once a node is known stuck, do not spend the full wait on it every cycle
+        patience = 10.0 if self.stuck else self.config.recover_timeout
+        silent = await self.replicas_not_serving(begun + patience)
         if silent:
             self.anomaly(
-                f"liveness: {len(silent)} replicas not serving "
-                f"{self.config.recover_timeout:.0f}s after healing {cycle}: {silent[:6]}"
+                f"liveness: {len(silent)} replicas not serving {patience:.0f}s after "
+                f"healing {cycle}: {silent[:6]}"
             )
+            self.stuck = True
             return
         self.note(f"recovered in {time.monotonic() - begun:.1f}s")
 
@@ -443,7 +451,8 @@ class FaultRun:
             description = await admin.describe_topic(TOPIC)
         consumer = Consumer(self._cluster.bootstrap, request_timeout_ms=5_000)
         await consumer.start()
-        deadline = time.monotonic() + self.config.recover_timeout  # for all partitions together
+        patience = 10.0 if self.stuck else self.config.recover_timeout
+        deadline = time.monotonic() + patience  # for all partitions together
         try:
             for part in description.partitions:
                 tp = TopicPartition(TOPIC, part.partition)

@@ -170,6 +170,7 @@ def test_three_nodes_each_fault_alone(tmp_path: Path) -> None:
         "client_kill",
         "powerloss_all",
         "kill_all",
+        "delete_index",
     ]
     _run(tmp_path, nodes=3, faults=faults, cycles=len(faults))
 
@@ -182,8 +183,27 @@ def test_five_nodes_split_and_mixed_faults(tmp_path: Path) -> None:
     _run(tmp_path, nodes=5, faults=faults, cycles=4, mixed=True)
 
 
+# Known failure (issue 10, "one storage error wedges a whole node", being fixed by the
+# nodefaults helper): a replica whose sealed segment fails its check on open (a flipped bit:
+# crc32c mismatch; a truncated file: torn batch or gap) raises CorruptLogError out of
+# Node.reconcile's create_topic loop; MetadataService.apply swallows it without a log line, so
+# that node never opens this or any later partition of the topic and never repairs it from its
+# peers. Strict: once the fix lands these pass, and the marker must go.
+_WEDGE = pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a corrupt sealed segment leaves the node without any replica of the topic",
+)
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_disk_corruption_on_a_minority(tmp_path: Path) -> None:
-    """A flipped bit in a sealed segment, a truncated data file, a deleted index on one node."""
-    _run(tmp_path, nodes=3, faults=["delete_index", "bitflip_sealed", "truncate_data"], cycles=3)
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param("bitflip_sealed", marks=_WEDGE),
+        pytest.param("truncate_data", marks=_WEDGE),
+    ],
+)
+def test_disk_corruption_on_a_minority(tmp_path: Path, damage: str) -> None:
+    """One node's sealed segment damaged: it must notice, never serve it, and resync."""
+    _run(tmp_path, nodes=3, faults=[damage], cycles=1, fail_fast=True)
