@@ -140,6 +140,7 @@ async def test_proxy_cuts_one_direction_of_gossip_and_of_a_peer_connection() -> 
 
         proxy.heal()  # bytes were lost on this connection: it is closed, never resumed
         assert await asyncio.wait_for(upstream.read(100), 5) == b""
+        assert await asyncio.wait_for(reader.read(100), 5) == b""  # the dialer's side too
     finally:
         await proxy.stop()
         server.close()
