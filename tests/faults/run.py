@@ -51,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         nodes = node_counts[(seed - args.seed) % len(node_counts)]
         faults = [f for f in args.faults.split(",") if f] or default_faults(nodes)
+        if nodes < 5:
+            faults = [f for f in faults if f != "split"] or faults  # 3-vs-2 needs five nodes
         run_dir = root / f"seed-{seed}-n{nodes}"
         config = RunConfig(
             run_dir, nodes=nodes, seed=seed, faults=faults, cycles=args.cycles, mixed=mixed

@@ -150,7 +150,8 @@ async def test_proxy_cuts_one_direction_of_gossip_and_of_a_peer_connection() -> 
 
 # real clusters ------------------------------------------------------------------------------
 def _run(tmp_path: Path, **settings: object) -> None:
-    config = RunConfig(tmp_path / "run", seed=SEED, recover_timeout=40.0, **settings)  # type: ignore[arg-type]
+    settings.setdefault("recover_timeout", 40.0)  # recovery normally takes 1-4 s
+    config = RunConfig(tmp_path / "run", seed=SEED, **settings)  # type: ignore[arg-type]
     report = asyncio.run(FaultRun(config).execute())
     print(report.summary())
     assert report.verdict is not None and report.verdict.acked > 0, report.summary()
@@ -207,4 +208,4 @@ _WEDGE = pytest.mark.xfail(
 )
 def test_disk_corruption_on_a_minority(tmp_path: Path, damage: str) -> None:
     """One node's sealed segment damaged: it must notice, never serve it, and resync."""
-    _run(tmp_path, nodes=3, faults=[damage], cycles=1, fail_fast=True)
+    _run(tmp_path, nodes=3, faults=[damage], cycles=1, fail_fast=True, recover_timeout=20.0)
