@@ -27,6 +27,7 @@ ALL_FAULTS = (
     "client_kill",
 )
 CORRUPTIONS = ("bitflip_sealed", "truncate_data", "delete_index")
+AT_LEADER = ("pause_leader", "isolate_leader", "oneway_leader")  # the "leader" target forced
 ELECTION_TIMEOUT = 0.5  # 10 ticks of 50 ms (node defaults); randomized up to twice that
 
 
@@ -72,6 +73,9 @@ def _fault(kind: str, rng: random.Random, nodes: int) -> Fault:
         return Fault(kind, {"garble": rng.random() < 0.5})
     if kind == "corrupt":
         return Fault(kind, {"node": rng.choice(ids), "how": rng.choice(CORRUPTIONS)})
+    if kind in AT_LEADER:
+        fault = _fault(kind.removesuffix("_leader"), rng, nodes)
+        return Fault(fault.kind, {**fault.params, "node": "leader"})
     if kind in CORRUPTIONS:
         return Fault("corrupt", {"node": rng.choice(ids), "how": kind})
     if kind == "client_kill":
@@ -83,12 +87,12 @@ def make_schedule(
     seed: int, nodes: int, faults: list[str], cycles: int, mixed: bool = False
 ) -> list[Cycle]:
     """``cycles`` cycles drawn from ``faults``; ``mixed`` sometimes applies two at once."""
-    unknown = set(faults) - set(ALL_FAULTS) - set(CORRUPTIONS)
+    unknown = set(faults) - set(ALL_FAULTS) - set(CORRUPTIONS) - set(AT_LEADER)
     if unknown:
-        known = ", ".join([*ALL_FAULTS, *CORRUPTIONS])
+        known = ", ".join([*ALL_FAULTS, *CORRUPTIONS, *AT_LEADER])
         raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
     if nodes < 5 and "split" in faults:
-        raise ValueError("split (3 vs 2) needs at least 5 nodes")
+        raise ValueError("split (3 vs 2) needs at least five nodes")
     rng = random.Random(seed)
     schedule: list[Cycle] = []
     for number in range(1, cycles + 1):

@@ -25,6 +25,7 @@ from tests.faults.checker import History, check
 from tests.faults.harness import FaultRun, RunConfig
 from tests.faults.powerloss import lose_power, synced_lengths
 from tests.faults.proxy import FaultProxy
+from tests.faults.schedule import make_schedule
 
 SEED = int(os.environ.get("LAMINAR_FAULT_SEED", "1"))
 
@@ -88,6 +89,15 @@ def test_powerloss_seam_costs_nothing_when_off() -> None:
         [sys.executable, "-c", script], env=env, check=True, capture_output=True, timeout=60
     )
     assert out.stdout.split() == [b"fsync", b"fdatasync"]  # the os functions, not wrapped
+
+
+def test_schedule_is_replayable_from_its_seed() -> None:
+    faults = ["kill_one", "pause_leader", "split", "powerloss_one", "truncate_data"]
+    first = [str(c) for c in make_schedule(42, 5, faults, 12, mixed=True)]
+    assert first == [str(c) for c in make_schedule(42, 5, faults, 12, mixed=True)]
+    assert first != [str(c) for c in make_schedule(43, 5, faults, 12, mixed=True)]
+    with pytest.raises(ValueError, match="five nodes"):
+        make_schedule(1, 3, ["split"], 1)
 
 
 async def _udp_node() -> tuple[asyncio.DatagramTransport, asyncio.Queue[bytes], int]:
@@ -164,8 +174,8 @@ def test_three_nodes_each_fault_alone(tmp_path: Path) -> None:
     """Crashes, pauses, partitions, power loss and client kills, one at a time."""
     faults = [
         "kill_leader",
-        "pause",
-        "isolate",
+        "pause_leader",
+        "isolate_leader",
         "oneway",
         "powerloss_one",
         "kill_majority",
@@ -181,7 +191,7 @@ def test_three_nodes_each_fault_alone(tmp_path: Path) -> None:
 @pytest.mark.timeout(400)
 def test_five_nodes_split_and_mixed_faults(tmp_path: Path) -> None:
     """3-vs-2 splits, leader isolation and crashes, sometimes two at once."""
-    faults = ["split", "isolate", "kill_leader", "powerloss_one", "client_kill"]
+    faults = ["split", "isolate_leader", "kill_leader", "powerloss_one", "client_kill"]
     _run(tmp_path, nodes=5, faults=faults, cycles=4, mixed=True)
 
 
