@@ -62,7 +62,8 @@ class Verdict:
     indeterminate: int
     records_in_log: int
     indeterminate_written: int
-    anomalies: list[str]
+    anomalies: list[str]  # the first ``limit``, then a line counting all of them by kind
+    anomaly_count: int
 
 
 def check(
@@ -111,4 +112,5 @@ def check(
         records_in_log=len(final),
         indeterminate_written=sum(1 for v in history.indeterminate if v in where),
         anomalies=shown,
+        anomaly_count=len(anomalies),
     )

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,6 +78,14 @@ class RunReport:
     events: list[str]
     anomalies: list[str]  # safety (checker) and liveness/crash findings together
 
+    @property
+    def anomaly_count(self) -> int:
+        """All anomalies, also those the checker listed only in its count by kind."""
+        listed = len(self.anomalies)
+        if self.verdict is None:
+            return listed
+        return listed - len(self.verdict.anomalies) + self.verdict.anomaly_count
+
     def summary(self) -> str:
         verdict = self.verdict
         figures = (
@@ -86,7 +95,7 @@ class RunReport:
             if verdict
             else "no read-back"
         )
-        status = "OK" if not self.anomalies else f"{len(self.anomalies)} ANOMALIES"
+        status = "OK" if not self.anomalies else f"{self.anomaly_count} ANOMALIES"
         lines = [
             f"seed {self.config.seed}, {self.config.nodes} nodes, "
             f"{self.cycles_run} fault cycles: {figures}: {status}",
@@ -313,6 +322,8 @@ class FaultRun:
             self.kill([node])
             what = corrupt(self._cluster.nodes[node].data_dir, params["how"], self.rng)
             self.note(f"corrupt node {node}: {what}")
+        elif kind == "amnesia":
+            await self._amnesia(params["lagging"], params["forgetful"], params["holder"])
         elif kind == "client_kill":
             assert self.workers is not None
             name = f"{params['client']}-0"
@@ -321,6 +332,24 @@ class FaultRun:
             self.note(f"SIGKILL {name}, started again")
         else:
             raise ValueError(f"unknown fault {kind!r}")
+
+    async def _amnesia(self, lagging: int, forgetful: int, holder: int) -> None:
+        """Writes commit on {forgetful, holder} while ``lagging`` is cut off; then ``forgetful``
+        loses its partition data (a wiped directory), ``holder`` goes down and the cut heals:
+        ``forgetful`` and ``lagging`` are a majority, and neither has those writes. Raft is safe
+        here only if a replica that lost its log does not vote as if it had it."""
+        assert self.proxy is not None
+        nodes = range(1, self.config.nodes + 1)
+        cut = {(lagging, n) for n in nodes if n != lagging}
+        self.proxy.cut(cut | {(b, a) for a, b in cut})
+        self.note(f"amnesia: node {lagging} cut off while writes commit on the others")
+        await asyncio.sleep(2.0)
+        self.kill([forgetful, holder])
+        shutil.rmtree(self._cluster.nodes[forgetful].data_dir / "partitions", ignore_errors=True)
+        self.note(f"amnesia: node {forgetful} lost its partition data, node {holder} stays down")
+        self.proxy.heal()
+        self._cluster.start_node(forgetful)
+        self.down.discard(forgetful)
 
     async def heal(self, cycle: Cycle) -> None:
         assert self.proxy is not None

@@ -22,8 +22,10 @@ from tests.faults.harness import FaultRun, RunConfig, RunReport
 from tests.faults.schedule import ALL_FAULTS
 
 
-def default_faults(nodes: int) -> list[str]:
-    return [f for f in ALL_FAULTS if nodes >= 5 or f != "split"]
+def fit(faults: list[str], nodes: int) -> list[str]:
+    """Drop what this cluster size cannot run: 3-vs-2 splits need five nodes, amnesia three."""
+    kept = [f for f in faults if (f != "split" or nodes >= 5) and (f != "amnesia" or nodes == 3)]
+    return kept or faults
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -50,9 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed
     while True:
         nodes = node_counts[(seed - args.seed) % len(node_counts)]
-        faults = [f for f in args.faults.split(",") if f] or default_faults(nodes)
-        if nodes < 5:
-            faults = [f for f in faults if f != "split"] or faults  # 3-vs-2 needs five nodes
+        faults = fit([f for f in args.faults.split(",") if f] or list(ALL_FAULTS), nodes)
         run_dir = root / f"seed-{seed}-n{nodes}"
         config = RunConfig(
             run_dir, nodes=nodes, seed=seed, faults=faults, cycles=args.cycles, mixed=mixed
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     cycles = sum(r.cycles_run for r in reports)
     print(
         f"\n{len(reports)} runs, {cycles} fault cycles, {acked} writes acknowledged, "
-        f"{sum(len(r.anomalies) for r in failed)} anomalies in {len(failed)} runs"
+        f"{sum(r.anomaly_count for r in failed)} anomalies in {len(failed)} runs"
         + (f" (seeds {[r.config.seed for r in failed]}; kept under {root})" if failed else ""),
         flush=True,
     )

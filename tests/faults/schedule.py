@@ -25,6 +25,7 @@ ALL_FAULTS = (
     "powerloss_all",
     "corrupt",
     "client_kill",
+    "amnesia",
 )
 CORRUPTIONS = ("bitflip_sealed", "truncate_data", "delete_index")
 AT_LEADER = ("pause_leader", "isolate_leader", "oneway_leader")  # the "leader" target forced
@@ -78,6 +79,9 @@ def _fault(kind: str, rng: random.Random, nodes: int) -> Fault:
         return Fault(fault.kind, {**fault.params, "node": "leader"})
     if kind in CORRUPTIONS:
         return Fault("corrupt", {"node": rng.choice(ids), "how": kind})
+    if kind == "amnesia":
+        lagging, forgetful, holder = rng.sample(ids, 3)
+        return Fault(kind, {"lagging": lagging, "forgetful": forgetful, "holder": holder})
     if kind == "client_kill":
         return Fault(kind, {"client": rng.choice(["producer", "consumer"])})
     return Fault(kind)  # kill_leader, kill_all
@@ -93,6 +97,8 @@ def make_schedule(
         raise ValueError(f"unknown faults {sorted(unknown)}; known: {known}")
     if nodes < 5 and "split" in faults:
         raise ValueError("split (3 vs 2) needs at least five nodes")
+    if nodes != 3 and "amnesia" in faults:
+        raise ValueError("amnesia is written for three nodes")
     rng = random.Random(seed)
     schedule: list[Cycle] = []
     for number in range(1, cycles + 1):

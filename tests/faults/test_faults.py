@@ -219,3 +219,16 @@ _WEDGE = pytest.mark.xfail(
 def test_disk_corruption_on_a_minority(tmp_path: Path, damage: str) -> None:
     """One node's sealed segment damaged: it must notice, never serve it, and resync."""
     _run(tmp_path, nodes=3, faults=[damage], cycles=1, fail_fast=True, recover_timeout=20.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug (issue 10, amnesia): a replica that lost its data rejoins as a voter",
+)
+def test_a_replica_that_lost_its_data_must_not_vote_acked_writes_away(tmp_path: Path) -> None:
+    """Writes commit on A and C while B is cut off; A loses its partition directories and C
+    goes down. Today A comes back empty as a voter, A and B elect B, and the writes acked in
+    between are gone (seed 1: 224 of 2,816 acked writes lost)."""
+    _run(tmp_path, nodes=3, faults=["amnesia"], cycles=1, recover_timeout=20.0)
