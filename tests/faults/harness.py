@@ -272,9 +272,15 @@ class FaultRun:
         self.note(f"begin {cycle}")
         for fault in cycle.faults:
             await self.inject(fault)
+        before = self._acks_logged()
         await asyncio.sleep(cycle.hold)
+        self.note(f"{self._acks_logged() - before} writes acknowledged during the fault")
         await self.heal(cycle)
+        before = self._acks_logged()
         await asyncio.sleep(self.config.settle)
+        self.note(
+            f"{self._acks_logged() - before} writes acknowledged in {self.config.settle}s after"
+        )
 
     async def inject(self, fault: Fault) -> None:
         kind, params = fault.kind, fault.params
@@ -343,13 +349,30 @@ class FaultRun:
         cut = {(lagging, n) for n in nodes if n != lagging}
         self.proxy.cut(cut | {(b, a) for a, b in cut})
         self.note(f"amnesia: node {lagging} cut off while writes commit on the others")
-        await asyncio.sleep(2.0)
+        acked = await self._wait_for_acks(more=300, timeout=20.0)
+        self.note(f"amnesia: {acked} writes acknowledged while node {lagging} was cut off")
         self.kill([forgetful, holder])
         shutil.rmtree(self._cluster.nodes[forgetful].data_dir / "partitions", ignore_errors=True)
         self.note(f"amnesia: node {forgetful} lost its partition data, node {holder} stays down")
         self.proxy.heal()
         self._cluster.start_node(forgetful)
         self.down.discard(forgetful)
+
+    def _acks_logged(self) -> int:
+        assert self.workers is not None
+        count = 0
+        for path in self.workers.logs["producer"]:
+            with contextlib.suppress(FileNotFoundError), open(path, "rb") as file:
+                count += sum(1 for line in file if line.startswith(b"A "))
+        return count
+
+    async def _wait_for_acks(self, more: int, timeout: float) -> int:
+        """Wait until the producers log ``more`` new acknowledgements (or ``timeout``)."""
+        start = self._acks_logged()
+        deadline = time.monotonic() + timeout
+        while self._acks_logged() - start < more and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        return self._acks_logged() - start
 
     async def heal(self, cycle: Cycle) -> None:
         assert self.proxy is not None

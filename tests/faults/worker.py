@@ -25,9 +25,8 @@ from pathlib import Path
 
 from laminar.client import Consumer, Producer
 
-LANES = 4
 CHUNK = 8
-PAUSE = 0.02  # seconds between a lane's chunks: a few hundred records/s per worker
+PAUSE = 0.05  # seconds between a lane's chunks: ~100 records/s per partition and worker
 
 
 class _Log:
@@ -60,14 +59,15 @@ async def produce(bootstrap: str, topic: str, log_path: Path, tag: str) -> None:
             await asyncio.sleep(0.2)
     counter = iter(range(10**12))
 
-    async def lane() -> None:
+    async def lane(partition: int) -> None:
+        """One partition's writes: a stalled partition holds up only its own lane."""
         while not stop.is_set():
             values = [f"{tag}-{next(counter)}" for _ in range(CHUNK)]
             futures = []
             for value in values:
                 log.write(f"S {value}")
                 try:
-                    futures.append(await producer.send(topic, value.encode()))
+                    futures.append(await producer.send(topic, value.encode(), partition=partition))
                 except Exception as exc:  # every failure is logged, none hidden
                     futures.append(exc)
             for value, future in zip(values, futures, strict=True):
@@ -82,7 +82,13 @@ async def produce(bootstrap: str, topic: str, log_path: Path, tag: str) -> None:
                     log.write(f"A {value} {meta.partition} {meta.offset}")
             await asyncio.sleep(PAUSE)
 
-    await asyncio.gather(*(lane() for _ in range(LANES)))
+    while True:
+        try:
+            partitions = await producer.partitions_for(topic)
+            break
+        except Exception:  # the cluster may be down just now: try again
+            await asyncio.sleep(0.2)
+    await asyncio.gather(*(lane(p) for p in partitions))
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(producer.close(), 20)
 
