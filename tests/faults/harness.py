@@ -236,6 +236,12 @@ class FaultRun:
         )
         self.cluster.start()
         await self.cluster.wait_ready(config.recover_timeout)
+        pairs = config.nodes * (config.nodes - 1) // 2
+        if self.proxy.links_opened < pairs or not self.proxy.forwarded_datagrams:
+            raise RuntimeError(  # faults injected at the proxy would then mean nothing
+                f"peer traffic bypasses the proxy: {self.proxy.links_opened} links of {pairs}, "
+                f"{self.proxy.forwarded_datagrams} datagrams"
+            )
         async with Admin(self.cluster.bootstrap, request_timeout_ms=10_000) as admin:
             await admin.create_topic(
                 TOPIC,

@@ -69,6 +69,8 @@ class FaultProxy:
         self._links: set[_Link] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.dropped_datagrams = 0
+        self.forwarded_datagrams = 0
+        self.links_opened = 0
 
     async def start(self) -> dict[int, str]:
         """Bind one TCP+UDP port pair per node; returns node id -> advertised address."""
@@ -144,6 +146,7 @@ class FaultProxy:
                 return
             link = _Link(dialer=hello.nodeId, target=target, writers=[writer])
             self._links.add(link)
+            self.links_opened += 1
             if (link.dialer, target) in self.blocked:
                 link.cut = True
                 await self._drain_forever(reader)  # a black hole until a side gives up
@@ -202,3 +205,4 @@ class FaultProxy:
         out = self._gossip[sender].transport
         if out is not None:
             out.sendto(data, self.real[target])
+            self.forwarded_datagrams += 1
