@@ -77,7 +77,7 @@ class SwimDriver:
         """Bind, join the seeds and start ticking; returns the advertised UDP address."""
         if self._transport is not None:
             raise RuntimeError("SWIM driver already started")
-        if host in ("0.0.0.0", "::", "") and not self._advertise_host:
+        if host in ("0.0.0.0", "::", "") and not (self._advertise_host or self._advertise):
             raise ValueError("binding a wildcard address needs advertise_host for the others")
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(

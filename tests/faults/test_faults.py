@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from laminar.framing import encode_frame
+from laminar.node.config import NodeConfig
 from laminar.node.raft_codec import encode_hello
 from laminar.protocol import KIND_PEER
 from laminar.segment.fileio import POWERLOSS_JOURNAL_ENV
@@ -89,6 +90,15 @@ def test_powerloss_seam_costs_nothing_when_off() -> None:
         [sys.executable, "-c", script], env=env, check=True, capture_output=True, timeout=60
     )
     assert out.stdout.split() == [b"fsync", b"fdatasync"]  # the os functions, not wrapped
+
+
+def test_a_node_advertises_its_peer_listen_address_unless_told_otherwise(tmp_path: Path) -> None:
+    plain = NodeConfig(node_id=1, data_dir=tmp_path, listen="127.0.0.1:9000")
+    assert plain.advertise_peer == plain.peer_listen == "127.0.0.1:9001"
+    proxied = NodeConfig(node_id=1, data_dir=tmp_path, advertise_peer="127.0.0.1:7000")
+    assert proxied.advertise_peer == "127.0.0.1:7000"
+    with pytest.raises(ValueError):
+        NodeConfig(node_id=1, data_dir=tmp_path, advertise_peer="no-port")
 
 
 def test_schedule_is_replayable_from_its_seed() -> None:
