@@ -18,6 +18,11 @@ def _segments(data_dir: Path) -> dict[Path, list[Path]]:
     return found
 
 
+def has_sealed_segment(data_dir: Path) -> bool:
+    """Whether some replica under ``data_dir`` has rolled its first segment already."""
+    return any(len(logs) > 1 for logs in _segments(data_dir).values())
+
+
 def corrupt(data_dir: Path, kind: str, rng: random.Random) -> str:
     """Damage one file of one replica under ``data_dir``; returns what was done (or why not)."""
     segments = _segments(data_dir)

@@ -34,7 +34,7 @@ from laminar.segment.batch import is_control, iter_batches, verify_batch
 from laminar.segment.fileio import POWERLOSS_JOURNAL_ENV
 from laminar.transport import split_address
 from tests.faults.checker import Verdict, check, read_history
-from tests.faults.corruption import corrupt
+from tests.faults.corruption import corrupt, has_sealed_segment
 from tests.faults.powerloss import lose_power
 from tests.faults.proxy import FaultProxy
 from tests.faults.schedule import Cycle, Fault, make_schedule
@@ -331,6 +331,11 @@ class FaultRun:
                 self.note(f"power loss on node {node}: {report}")
         elif kind == "corrupt":
             node = params["node"]
+            data_dir = self._cluster.nodes[node].data_dir
+            if params["how"] != "delete_index":  # these damage sealed segments: wait for one
+                deadline = time.monotonic() + 30
+                while not has_sealed_segment(data_dir) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.2)
             self.kill([node])
             what = corrupt(self._cluster.nodes[node].data_dir, params["how"], self.rng)
             self.note(f"corrupt node {node}: {what}")
