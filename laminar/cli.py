@@ -241,6 +241,10 @@ def node_start(
     peer_listen: Annotated[
         str, typer.Option(help="Peer (Raft/gossip) address; default client port + 1.")
     ] = "",
+    advertise_peer: Annotated[
+        str,
+        typer.Option(help="Peer address other nodes use to reach this one; default --peer-listen."),
+    ] = "",
     peers: Annotated[
         str, typer.Option(help="Initial cluster: '1=host:port,2=host:port,...' (peer addresses).")
     ] = "",
@@ -277,6 +281,7 @@ def node_start(
             data_dir=data_dir,
             listen=listen,
             peer_listen=peer_listen,
+            advertise_peer=advertise_peer,
             peers=parse_peers(peers) if peers else {},
             join=list(join or []),
             log_format=log_format,

@@ -16,7 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -70,6 +70,8 @@ class LocalNode:
     peer_address: str
     data_dir: Path
     log_path: Path
+    advertise_peer: str = ""
+    """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -99,9 +101,19 @@ class LocalCluster:
         log_format: str = "json",
         log_level: str = "info",
         extra_args: Sequence[str] = (),
+        advertised_peers: Sequence[str] | None = None,
+        node_env: Callable[[int], Mapping[str, str]] | None = None,
     ) -> None:
-        """``ports`` holds one (client port, peer port) pair per node; node ids count from 1."""
+        """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
+
+        ``advertised_peers`` (one per node) are the peer addresses the nodes tell each other,
+        e.g. fault-injecting proxies in front of the real ports; ``node_env`` adds environment
+        variables to one node's process (test seams such as the power-loss journal).
+        """
+        if advertised_peers is not None and len(advertised_peers) != len(ports):
+            raise ValueError("advertised_peers needs one address per node")
         self.root = Path(root)
+        self.node_env = node_env
         self.python = python
         self.log_format = log_format
         self.log_level = log_level
@@ -114,6 +126,7 @@ class LocalCluster:
                 peer_address=f"{host}:{peer_port}",
                 data_dir=self.root / f"node-{node_id}",
                 log_path=self.root / f"node-{node_id}.log",
+                advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
             )
 
     @property
@@ -122,7 +135,9 @@ class LocalCluster:
 
     @property
     def peers(self) -> str:
-        return ",".join(f"{n.node_id}={n.peer_address}" for n in self.nodes.values())
+        return ",".join(
+            f"{n.node_id}={n.advertise_peer or n.peer_address}" for n in self.nodes.values()
+        )
 
     def command(self, node_id: int) -> list[str]:
         node = self.nodes[node_id]
@@ -140,6 +155,7 @@ class LocalCluster:
             node.client_address,
             "--peer-listen",
             node.peer_address,
+            *(["--advertise-peer", node.advertise_peer] if node.advertise_peer else []),
             "--peers",
             self.peers,
             "--log-format",
@@ -181,8 +197,12 @@ class LocalCluster:
         if node._log_file is not None:
             node._log_file.close()
         node._log_file = open(node.log_path, "ab")  # noqa: SIM115 - lives as long as the node
+        env = None
+        if self.node_env is not None:
+            env = {**os.environ, **self.node_env(node_id)}
         node.process = subprocess.Popen(
             self.command(node_id),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=node._log_file,
             stderr=subprocess.STDOUT,

@@ -55,6 +55,7 @@ class SwimDriver:
         seeds: list[str] | None = None,
         tick_seconds: float = TICK_SECONDS,
         advertise_host: str | None = None,
+        advertise: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.stats = DriverStats()
@@ -63,6 +64,7 @@ class SwimDriver:
         self._seeds = list(seeds or [])
         self._tick_seconds = tick_seconds
         self._advertise_host = advertise_host
+        self._advertise = advertise  # full host:port others send to (e.g. a proxy), if not ours
         self._core: Swim | None = None
         self._transport: asyncio.DatagramTransport | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -75,7 +77,7 @@ class SwimDriver:
         """Bind, join the seeds and start ticking; returns the advertised UDP address."""
         if self._transport is not None:
             raise RuntimeError("SWIM driver already started")
-        if host in ("0.0.0.0", "::", "") and not self._advertise_host:
+        if host in ("0.0.0.0", "::", "") and not (self._advertise_host or self._advertise):
             raise ValueError("binding a wildcard address needs advertise_host for the others")
         loop = asyncio.get_running_loop()
         transport, _ = await loop.create_datagram_endpoint(
@@ -83,7 +85,7 @@ class SwimDriver:
         )
         self._transport = transport
         bound_host, bound_port = transport.get_extra_info("sockname")[:2]
-        address = join_address(self._advertise_host or bound_host, bound_port)
+        address = self._advertise or join_address(self._advertise_host or bound_host, bound_port)
         self._core = Swim(self.node_id, address, self._meta, self._config, self._seeds)
         self._flush()
         self._ticker = asyncio.create_task(self._tick_loop(), name=f"swim-tick-{self.node_id}")

@@ -18,6 +18,9 @@ class NodeConfig:
     """Client address host:port."""
     peer_listen: str = ""
     """Node-to-node TCP (Raft) and UDP (gossip) address; default: client port + 1."""
+    advertise_peer: str = ""
+    """Peer address the other nodes reach this one at (e.g. through a proxy); default
+    peer_listen."""
     peers: dict[int, str] = field(default_factory=dict)
     """Initial cluster: node id -> peer address (this node included or not)."""
     join: list[str] = field(default_factory=list)
@@ -44,6 +47,9 @@ class NodeConfig:
             host, port = split_address(self.listen)
             self.peer_listen = f"{host}:{port + 1}"
         split_address(self.peer_listen)
+        if not self.advertise_peer:
+            self.advertise_peer = self.peer_listen
+        split_address(self.advertise_peer)
         for address in [*self.peers.values(), *self.join]:
             split_address(address)
 

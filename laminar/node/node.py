@@ -86,8 +86,9 @@ class Node:
         self.metadata: Replica | None = None
         self.swim = SwimDriver(
             self.node_id,
-            meta={"peer": config.peer_listen, "client": config.listen},
+            meta={"peer": config.advertise_peer, "client": config.listen},
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
+            advertise=config.advertise_peer,
         )
         self.placement = Placement(self)
         self.client_server = ClientServer(self)
@@ -177,7 +178,7 @@ class Node:
             "op": "register_node",
             "node_id": self.node_id,
             "client_address": self.config.listen,
-            "peer_address": self.config.peer_listen,
+            "peer_address": self.config.advertise_peer,
             "incarnation": self.amnesia.incarnation,
         }
         while True:

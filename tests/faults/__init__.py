@@ -1,0 +1,1 @@
+"""Fault injection against real node processes (Jepsen-style); see tests/faults/run.py."""
