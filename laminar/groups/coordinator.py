@@ -20,7 +20,9 @@ Fencing zombies: a member that misses its session timeout is removed; one that d
 revoking within its rebalance timeout is *fenced* (its heartbeats and commits are refused, the
 target no longer counts it) but keeps its partitions until its session runs out, because until
 then it may still believe it owns them. Offset commits are accepted only from current, unfenced
-members at their current or previous epoch (or, for a group with no members, from outside it).
+members at their current or previous epoch, and only for partitions they may own (assigned or
+being revoked), so a late commit can never overwrite the next owner's progress; a group with no
+members also accepts commits from outside it (admin, Spark).
 A member id names one incarnation: after ``UnknownMemberIdError``/``FencedMemberEpochError`` the
 client drops everything and joins again (epoch 0) under a new id.
 
@@ -29,8 +31,8 @@ that member (its epoch, current and target assignment) under the new member id; 
 gone, so a zombie of it is fenced. The others see no rebalance.
 
 Durability and acknowledgement. Every change is a record (``records.py``) applied through the
-same fold a replay uses. The driver takes them with ``take_records``, appends them in order to
-the group's internal partition and reports ``records_committed(n)`` once the first ``n`` records
+same fold a replay uses. The driver takes them with ``take_batch``, appends each batch atomically (one
+entry) to the group's internal partition and reports ``records_committed(n)`` once the first ``n`` records
 of this coordinator are durable. Every successful call returns a ``Reply`` whose ``after`` is the
 number of records written up to then: the driver sends it only once ``after`` records are
 durable, because the reply may depend on any of them (its own or earlier ones). Errors are raised
@@ -57,6 +59,7 @@ from laminar.groups.errors import (
     GroupNotEmptyError,
     InvalidOffsetError,
     NotCoordinatorError,
+    PartitionNotOwnedError,
     StaleMemberEpochError,
     UnknownMemberIdError,
 )
@@ -163,9 +166,12 @@ class Coordinator:
     def committed(self) -> int:
         return self._committed
 
-    def take_records(self) -> list[Record]:
-        """Records written since the last call, in order; the driver must append all of them."""
-        out, self._outbox = self._outbox, []
+    def take_batch(self) -> tuple[Record, ...]:
+        """Records written since the last call, in order. The driver appends them as one atomic
+        entry: a request writes several records (a removal tombstones three keys) and a log
+        that kept only some of them would replay to a state no request ever produced. Calls
+        are never interleaved, so a batch always holds whole requests."""
+        out, self._outbox = tuple(self._outbox), []
         return out
 
     def records_committed(self, up_to: int) -> None:
@@ -287,6 +293,10 @@ class Coordinator:
                 raise StaleMemberEpochError(
                     f"member {member_id}: epoch {member_epoch}, current is {cur.epoch}"
                 )
+            holds = set(cur.assigned) | set(cur.revoking)
+            for tp in sorted(offsets):
+                if tp not in holds:
+                    raise PartitionNotOwnedError(f"member {member_id} does not own {tp}")
         for (topic, partition), (offset, metadata) in offsets.items():
             self._check_partition(topic, partition)
             if not isinstance(offset, int) or offset < 0:

@@ -46,6 +46,13 @@ class InvalidOffsetError(InvalidRequestError):
     code = 25
 
 
+class PartitionNotOwnedError(LaminarError):
+    """A member commits only partitions it may own (assigned or being revoked): a commit that
+    arrives after the partition moved on must not overwrite its new owner's progress."""
+
+    code = 26
+
+
 GROUP_ERRORS: tuple[type[LaminarError], ...] = (
     UnknownMemberIdError,
     FencedMemberEpochError,
@@ -53,4 +60,5 @@ GROUP_ERRORS: tuple[type[LaminarError], ...] = (
     GroupNotEmptyError,
     NotCoordinatorError,
     InvalidOffsetError,
+    PartitionNotOwnedError,
 )
