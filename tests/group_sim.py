@@ -182,6 +182,8 @@ class GroupSim:
 
     def step(self) -> None:
         self.now += STEP_MS
+        if self.now >= self.down_until and self.coord.topics != self.topics:
+            self.coord.topics_changed(self.topics, self.now)  # it changed while it was down
         self._deliver()
         if self.now >= self.down_until:
             self.coord.tick(self.now)
