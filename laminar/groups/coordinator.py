@@ -31,17 +31,17 @@ that member (its epoch, current and target assignment) under the new member id; 
 gone, so a zombie of it is fenced. The others see no rebalance.
 
 Durability and acknowledgement. Every change is a record (``records.py``) applied through the
-same fold a replay uses. The driver takes them with ``take_batch``, appends each batch atomically (one
-entry) to the group's internal partition and reports ``records_committed(n)`` once the first ``n`` records
-of this coordinator are durable. Every successful call returns a ``Reply`` whose ``after`` is the
-number of records written up to then: the driver sends it only once ``after`` records are
-durable, because the reply may depend on any of them (its own or earlier ones). Errors are raised
-at once: they only ever make a client give up or retry, which is safe even if the state they were
-based on is lost. If an append fails (leadership lost), the driver calls ``records_lost`` and
-drops this object; unsent replies are discarded and clients retry against the new coordinator,
-which is built from the durable records (``Coordinator(..., records=...)``). Timers are not
-records: a new coordinator gives every member a fresh session (and revoking members a fresh
-rebalance timeout) from the time it takes over.
+same fold a replay uses. The driver takes them with ``take_batch``, appends each batch atomically
+(one entry) to the group's internal partition and reports ``records_committed(n)`` once the
+first ``n`` records of this coordinator are durable. Every successful call returns a ``Reply``
+whose ``after`` is the number of records written up to then: the driver sends it only once
+``after`` records are durable, because the reply may depend on any of them (its own or earlier
+ones). Errors are raised at once: they only ever make a client give up or retry, which is safe
+even if the state they were based on is lost. If an append fails (leadership lost), the driver
+calls ``records_lost`` and drops this object; unsent replies are discarded and clients retry
+against the new coordinator, built from the durable records (``Coordinator(..., records=...)``).
+Timers are not records: a new coordinator gives every member a fresh session (and revoking
+members a fresh rebalance timeout) from the time it takes over.
 
 Time is always passed in (``now_ms``); nothing here reads a clock, does I/O or draws randomness.
 """
@@ -280,6 +280,7 @@ class Coordinator:
         self._alive()
         _require_name(group, "group")
         state = self.state.groups.get(group)
+        holds = None
         if member_id == "" and member_epoch == -1:
             if state is not None and state.members:
                 raise GroupNotEmptyError(f"group {group} has members")
@@ -293,16 +294,18 @@ class Coordinator:
                 raise StaleMemberEpochError(
                     f"member {member_id}: epoch {member_epoch}, current is {cur.epoch}"
                 )
-            holds = set(cur.assigned) | set(cur.revoking)
-            for tp in sorted(offsets):
-                if tp not in holds:
-                    raise PartitionNotOwnedError(f"member {member_id} does not own {tp}")
-        for (topic, partition), (offset, metadata) in offsets.items():
+            holds = frozenset(cur.assigned) | frozenset(cur.revoking)
+        for tp, value in offsets.items():
+            if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(value, tuple)):
+                raise InvalidRequestError("offsets map (topic, partition) to (offset, metadata)")
+            (topic, partition), (offset, metadata) = tp, value
             self._check_partition(topic, partition)
             if not isinstance(offset, int) or offset < 0:
                 raise InvalidOffsetError(f"offset {offset!r} of {topic}/{partition} is invalid")
             if not isinstance(metadata, str) or len(metadata) > MAX_METADATA_CHARS:
                 raise InvalidOffsetError(f"metadata of {topic}/{partition} is invalid")
+            if holds is not None and (topic, partition) not in holds:
+                raise PartitionNotOwnedError(f"member {member_id} does not own {topic}/{partition}")
         if offsets and (state is None or state.meta is None):
             self._write(GroupKey(group), GroupValue(0, 0, now_ms))
         for topic, partition in sorted(offsets):
