@@ -150,7 +150,12 @@ class GroupSim:
         if not self.quiet and self.rng.random() < self.loss:
             self.stats["lost"] += 1
             return
-        at = self.now + self.rng.randint(0, 3 if not self.quiet else 1) * STEP_MS
+        if self.quiet:
+            at = self.now + self.rng.randint(0, 1) * STEP_MS
+        elif self.rng.random() < 0.05:  # a long stall: arrives after later messages
+            at = self.now + self.rng.randint(4, 25) * STEP_MS
+        else:
+            at = self.now + self.rng.randint(0, 3) * STEP_MS
         if fifo is not None:
             at = max(at, self.fifo_at.get(fifo, 0))
             self.fifo_at[fifo] = at

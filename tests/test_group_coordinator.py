@@ -90,6 +90,9 @@ def test_first_member_gets_everything_and_the_reply_waits_for_its_records() -> N
     assert not h.coord.is_released(reply)
     h.coord.records_committed(len(batch))
     assert h.coord.is_released(reply)
+    commit = h.coord.commit_offsets("g", "a", reply.value.member_epoch, {("t", 0): (1, "")}, 5)
+    assert commit.after == h.coord.written > len(batch)
+    assert not h.coord.is_released(commit), "a commit is acknowledged only once durable"
 
 
 def test_a_reply_that_writes_nothing_still_waits_for_earlier_records() -> None:
@@ -207,7 +210,8 @@ def test_static_member_restarted_within_the_session_gets_its_partitions_back() -
     # a1 crashes; its replacement joins under a new member id within the session timeout.
     a2 = h.hb("a2", 2000, instance="ia")
     assert a2.assignment == a_owned
-    assert a2.member_epoch == a_epoch
+    assert a2.member_epoch > a_epoch
+    assert h.group().assignments["a2"].previous_epoch == a_epoch
     assert h.group().meta.membership_epoch == membership, "no rebalance"
     b = h.hb("b", 2010)
     assert (b.member_epoch, b.assignment) == (b_epoch, b_owned)

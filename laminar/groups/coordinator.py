@@ -27,8 +27,9 @@ A member id names one incarnation: after ``UnknownMemberIdError``/``FencedMember
 client drops everything and joins again (epoch 0) under a new id.
 
 Static membership (KIP-345): a join (epoch 0) with an instance id already in the group takes over
-that member (its epoch, current and target assignment) under the new member id; the old id is
-gone, so a zombie of it is fenced. The others see no rebalance.
+that member (its current and target assignment, its epoch as the previous one) under the new
+member id and a new epoch; the old id is gone, so a zombie of it is fenced. The others see no
+rebalance: the target is not recomputed unless the subscription changed.
 
 Durability and acknowledgement. Every change is a record (``records.py``) applied through the
 same fold a replay uses. The driver takes them with ``take_batch``, appends each batch atomically
@@ -428,9 +429,10 @@ class Coordinator:
         self._write(AssignmentKey(group, old_id), None)
         self._write(TargetMemberKey(group, old_id), None)
         self._write(MemberKey(group, member_id), meta)
-        cur = AssignmentValue(
-            old_cur.epoch, old_cur.previous_epoch, False, old_cur.assigned, old_cur.revoking
-        )
+        # A fresh epoch: epochs the old id was removed at stay dead even if a delayed join of
+        # that old id later takes the instance back.
+        epoch = self._next_epoch(group, membership=False, now_ms=now_ms)
+        cur = AssignmentValue(epoch, old_cur.epoch, False, old_cur.assigned, old_cur.revoking)
         self._write(AssignmentKey(group, member_id), cur)
         if old_target is not None:
             self._write(TargetMemberKey(group, member_id), old_target)
