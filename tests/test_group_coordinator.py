@@ -433,3 +433,17 @@ def test_delete_group_only_without_members() -> None:
     h.flush()
     assert "g" not in h.coord.state.groups
     assert replay(h.log) == h.coord.state
+
+
+def test_rack_aware_target_prefers_a_member_in_a_replica_rack() -> None:
+    config = CoordinatorConfig(
+        session_timeout_ms=SESSION, heartbeat_interval_ms=500, rack_aware=True
+    )
+    racks = {("t", i): frozenset({"r1" if i % 2 == 0 else "r2"}) for i in range(4)}
+    coord = Coordinator(config, {"t": 4}, 0, replica_racks=racks)
+    coord.heartbeat("g", "a", 0, None, REBALANCE, ["t"], [], 0, rack="r1")
+    coord.heartbeat("g", "b", 0, None, REBALANCE, ["t"], [], 0, rack="r2")
+    target = coord.state.groups["g"].target_members
+    # a joined first and got everything; the rebalance for b moves b's rack-local partitions.
+    assert set(target["b"].partitions) == tps("t", 1, 3)
+    assert set(target["a"].partitions) == tps("t", 0, 2)

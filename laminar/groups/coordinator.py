@@ -539,9 +539,10 @@ class Coordinator:
         """Move the member's current assignment one step toward its target."""
         state = self.state.groups[group]
         cur = state.assignments[member_id]
-        if cur.fenced:
-            return
-        target = set(state.target_members[member_id].partitions)
+        wanted = state.target_members[member_id].partitions
+        if cur.fenced or (cur.assigned == wanted and not cur.revoking):
+            return  # the steady state: nothing to compute
+        target = set(wanted)
         assigned = set(cur.assigned)
         revoking = set(cur.revoking)
         back = revoking & target  # the target returned a partition it is still revoking
