@@ -447,3 +447,14 @@ def test_rack_aware_target_prefers_a_member_in_a_replica_rack() -> None:
     # a joined first and got everything; the rebalance for b moves b's rack-local partitions.
     assert set(target["b"].partitions) == tps("t", 1, 3)
     assert set(target["a"].partitions) == tps("t", 0, 2)
+
+
+def test_a_member_that_closes_before_its_join_reply_can_leave() -> None:
+    h = Harness()
+    h.hb("a", 0)
+    h.coord.heartbeat("g", "b", 0, None, REBALANCE, ["t"], [], 10)  # reply never seen
+    with pytest.raises(FencedMemberEpochError):
+        h.coord.leave("g", "b", 12345, 20)
+    h.coord.leave("g", "b", 0, 20)
+    h.flush()
+    assert set(h.group().members) == {"a"}

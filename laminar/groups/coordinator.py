@@ -259,7 +259,7 @@ class Coordinator:
         cur = state.assignments.get(member_id) if state else None
         if state is None or cur is None:
             raise UnknownMemberIdError(f"member {member_id} is not in group {group}")
-        if member_epoch not in (cur.epoch, cur.previous_epoch):
+        if member_epoch not in (0, cur.epoch, cur.previous_epoch):  # 0: closed before its reply
             raise FencedMemberEpochError(f"member {member_id}: epoch {member_epoch} is not current")
         if static and state.members[member_id].instance_id is not None and not cur.fenced:
             self._release_revoked(group, member_id, frozenset())
