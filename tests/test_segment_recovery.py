@@ -124,6 +124,30 @@ def test_bit_flip_in_sealed_segment_is_reported(tmp_path: Path) -> None:
         PartitionLog.open(tmp_path, CFG)
 
 
+@pytest.mark.parametrize(("at", "why"), [(500, "crc32c"), (328 + 7, "base offset")])
+def test_consumer_reads_check_a_sealed_segment_once(tmp_path: Path, at: int, why: str) -> None:
+    """A sealed segment opened through its index was never read by this process: fetches
+    check its batches (crc, and the offsets the crc does not cover) before serving them."""
+    stored = fill(tmp_path)
+    first = segs(tmp_path)[0]
+    with open(first, "r+b") as f:  # the second batch (position 328) is damaged
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+    with PartitionLog.open(tmp_path, CFG) as log:
+        with log.read(0, 300) as good:  # the batch before the damage is served
+            assert good.tobytes() == stored[0]
+        with pytest.raises(CorruptLogError, match=rf"{first.name}.*position 328.*{why}"):
+            log.read(0, 1 << 20)
+        with pytest.raises(CorruptLogError, match=first.name):
+            log.read(1, 1 << 20)
+        second = log._segment_for(20)
+        with log.read(second.base, 1 << 20) as rest:  # another segment: served, checked once
+            assert rest.tobytes().startswith(stored[second.base])
+        assert second.unchecked_from == second.size
+
+
 def test_truncated_sealed_segment_is_reported(tmp_path: Path) -> None:
     fill(tmp_path)
     second = segs(tmp_path)[1]

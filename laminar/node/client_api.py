@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from laminar.errors import (
+    CorruptLogError,
     InvalidRequestError,
     LaminarError,
     NotLeaderError,
@@ -345,6 +346,12 @@ class ClientServer:
                 limit = min(ask.maxBytes or budget, budget)
                 with replica.log.read(ask.offset, limit, upto=high) as log_slice:
                     view = log_slice.tobytes()
+            except CorruptLogError as exc:
+                # Never serve damaged bytes: the replica goes offline and is repaired from its
+                # peers; the client is sent to the (new) leader meanwhile.
+                self.node.runtime.fail(replica, exc)
+                fill_error(slot.error, NotLeaderError("replica offline after a storage fault"))
+                continue
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 continue

@@ -185,14 +185,17 @@ class MetadataService:
             record = record_batch.decode_records(entry.data)[0]
             command = decode_command(record.value or b"{}")
             result, applied_now = self.node.state.apply_once(command)
-            if applied_now:
-                self.node.reconcile(command, result, entry.index)
             outcome: Any = _jsonable(result)
         except LaminarError as exc:
-            outcome = exc
+            outcome, applied_now = exc, False
         except Exception as exc:  # a bad command must never stop the metadata group
             log.exception("metadata command failed", index=entry.index)
-            outcome = InvalidRequestError(f"metadata command failed: {exc}")
+            outcome, applied_now = InvalidRequestError(f"metadata command failed: {exc}"), False
+        if applied_now:
+            try:
+                self.node.reconcile(command, result, entry.index)
+            except Exception:  # this node's side effects failed; the command stands everywhere
+                log.exception("acting on a metadata command failed", index=entry.index)
         self.applied = entry.last
         if waiter is not None and not waiter[1].done():
             request_id, future = waiter

@@ -8,6 +8,7 @@ in the metadata (retried until it sticks).
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.readmission import IdentityCheck, Readmission
-from laminar.node.repair import ReplicaRepair
+from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
@@ -299,22 +300,32 @@ class Node:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
             conf = ConfState(voters=tuple(replicas), learners=(self.node_id,))
-        replica = Replica.open(
+        log_config = LogConfig(
+            segment_bytes=settings.segment_bytes,
+            segment_ms=settings.segment_ms,
+            retention_ms=settings.retention_ms,
+            retention_bytes=settings.retention_bytes,
+            max_batch_bytes=self.config.max_batch_bytes,
+        )
+        opener = functools.partial(
+            Replica.open,
             group,
             self.node_id,
             directory,
-            LogConfig(
-                segment_bytes=settings.segment_bytes,
-                segment_ms=settings.segment_ms,
-                retention_ms=settings.retention_ms,
-                retention_bytes=settings.retention_bytes,
-                max_batch_bytes=self.config.max_batch_bytes,
-            ),
+            log_config,
             conf,
             self._raft_config(deliver_committed=False),
             topic=topic.name,
             partition=partition,
         )
+        try:
+            replica = opener()
+        except (LaminarError, OSError) as exc:  # damaged files: this partition alone is offline
+            closed = asyncio.Event()
+            closed.set()
+            broken = Broken(group, topic.name, partition, directory, log_config, opener, closed)
+            self.repair.open_failed(broken, exc)
+            return
         lost = self.readmission.opened(replica, lost)
         if (
             replicas[0] == self.node_id

@@ -1,14 +1,16 @@
-"""Repairs a replica the runtime took offline after a storage fault (see MultiRaft.fail).
+"""Repairs a replica the runtime took offline after a storage fault (see MultiRaft.fail), or
+one that could not be opened at all.
 
-The node's reaction to ``replica_failed``: record the fault (what `cluster status` shows),
-then reopen the replica from its directory after a backoff, as long as this node is still
-assigned the partition. Opening runs segment recovery, which cuts a torn or corrupt tail of the
-active segment. After a crc failure (CorruptLogError) every batch is checked, sealed segments
-too, and the log is cut before the first damaged one. A replica whose log came back shorter
-than it had made durable may have acknowledged entries it no longer holds: it is hosted as a
-replica that lost its state (amnesia.py), so it votes again only once its group has
-re-admitted it. A fault in the metadata group stops the node: its state machine cannot be
-replayed into a running node.
+The node's reaction to ``replica_failed`` and ``open_failed``: record the fault (what `cluster
+status` shows), then reopen the replica from its directory after a backoff, as long as this
+node is still assigned the partition. Opening runs segment recovery, which cuts a torn or
+corrupt tail of the active segment. After a crc failure (CorruptLogError) every batch is
+checked, sealed segments too, and the log is cut before the first damaged one. A replica whose
+log came back shorter than it had made durable may have acknowledged entries it no longer
+holds: it is hosted as a replica that lost its state (amnesia.py), so it votes again only once
+its group has re-admitted it. A log too damaged to open (a segment missing, an unreadable file)
+is started over empty as such a replica, and its group sends it everything again. A fault in
+the metadata group stops the node: its state machine cannot be replayed into a running node.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import shutil
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -26,9 +29,9 @@ import structlog
 from laminar.errors import CorruptLogError
 from laminar.node.amnesia import Amnesia
 from laminar.node.metadata import METADATA_GROUP, MetadataState, group_id
-from laminar.node.replica import Replica
+from laminar.node.replica import LOG_DIR, Replica
 from laminar.node.runtime import EXIT_STORAGE_FAILURE, MultiRaft
-from laminar.segment.log import PartitionLog
+from laminar.segment.log import LogConfig, PartitionLog
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +44,34 @@ replica declines leadership handed to it for this long (placement prefers first 
 Host = Callable[[Replica, bool], bool]
 """Hosts a reopened replica (Readmission.opened): (replica, lost) -> whether it lost state."""
 Spawn = Callable[[Coroutine[Any, Any, None]], object]
+
+
+@dataclass(slots=True, frozen=True)
+class Broken:
+    """What a repair needs to know of a replica that failed or could not be opened."""
+
+    group: int
+    topic: str
+    partition: int
+    directory: Path
+    log_config: LogConfig
+    reopen: Callable[..., Replica]
+    """Opens the replica from ``directory`` (``cut_damage=True``: cut before damage first)."""
+    closed: asyncio.Event
+    """Set once the failed replica's files are closed (a close may wait for a flush)."""
+
+    @classmethod
+    def of(cls, replica: Replica) -> Broken:
+        assert replica.reopen is not None
+        return cls(
+            replica.group,
+            replica.topic,
+            replica.partition,
+            replica.directory,
+            replica.log.config,
+            replica.reopen,
+            replica.log_closed,
+        )
 
 
 @dataclass(slots=True)
@@ -81,68 +112,93 @@ class ReplicaRepair:
         if replica.group == METADATA_GROUP:
             log.critical("metadata replica failed; stopping the node", error=str(error))
             os._exit(EXIT_STORAGE_FAILURE)
+        self._schedule(Broken.of(replica), error)
+
+    def open_failed(self, broken: Broken, error: Exception) -> None:
+        """Opening an assigned replica failed (its files are closed again)."""
+        log.error(
+            "opening a replica failed; taking it offline",
+            group=broken.group,
+            topic=broken.topic,
+            partition=broken.partition,
+            error=str(error),
+            error_type=type(error).__name__,
+        )
+        self._schedule(broken, error)
+
+    def _schedule(self, broken: Broken, error: Exception) -> None:
         now = time.monotonic()
-        strikes, last = self._strikes.get(replica.group, (0, 0.0))
+        strikes, last = self._strikes.get(broken.group, (0, 0.0))
         strikes = strikes + 1 if now - last < STRIKE_MEMORY_S else 1
-        self._strikes[replica.group] = (strikes, now)
+        self._strikes[broken.group] = (strikes, now)
         fault = ReplicaFault(
-            replica.group,
-            replica.topic,
-            replica.partition,
+            broken.group,
+            broken.topic,
+            broken.partition,
             f"{type(error).__name__}: {error}",
             since=time.time(),
         )
-        self.faults[replica.group] = fault
+        self.faults[broken.group] = fault
         delay = min(FIRST_RETRY_S * 2 ** (strikes - 1), MAX_RETRY_S)
         check_damage = isinstance(error, CorruptLogError)
-        self.spawn(self._repair(replica, fault, delay, check_damage))
+        self.spawn(self._repair(broken, fault, delay, check_damage))
 
     async def _repair(
-        self, failed: Replica, fault: ReplicaFault, delay: float, check_damage: bool
+        self, broken: Broken, fault: ReplicaFault, delay: float, check_damage: bool
     ) -> None:
-        await failed.log_closed.wait()
+        await broken.closed.wait()
         while True:
             await asyncio.sleep(delay)
-            if not self._still_wanted(failed):
-                await self._forget(failed)
+            if not self._still_wanted(broken):
+                await self._forget(broken)
                 return
             fault.state = "reopening"
             fault.attempts += 1
             try:
-                fresh = await self._reopen(failed, check_damage)
+                fresh = await self._reopen(broken, check_damage)
             except Exception as exc:
                 fault.state, fault.error = "offline", f"{type(exc).__name__}: {exc}"
-                log.warning("replica repair failed; retrying", group=failed.group, error=str(exc))
+                log.warning("replica repair failed; retrying", group=broken.group, error=str(exc))
                 delay = min(delay * 2, MAX_RETRY_S)
                 continue
-            if not self._still_wanted(failed):
+            if not self._still_wanted(broken):
                 fresh.close()
-                await self._forget(failed)
+                await self._forget(broken)
                 return
-            self.faults.pop(failed.group, None)
+            self.faults.pop(broken.group, None)
             fresh.shun_leadership_until = time.monotonic() + STRIKE_MEMORY_S
             lost = self.host(fresh, False)  # the log is checked against its durable watermark
             log.info(
                 "replica reopened",
-                group=failed.group,
-                topic=failed.topic,
-                partition=failed.partition,
+                group=broken.group,
+                topic=broken.topic,
+                partition=broken.partition,
                 end_offset=fresh.log.end_offset,
                 lost_state=lost,
             )
             return
 
-    async def _reopen(self, failed: Replica, check_damage: bool) -> Replica:
+    async def _reopen(self, broken: Broken, check_damage: bool) -> Replica:
         """Open the replica again; with ``check_damage`` crc-check every batch first and, if
         one is damaged, mark the replica as lost durably before its log is cut there (a crash
-        between the cut and the mark would let it vote with the shortened log)."""
-        assert failed.reopen is not None
-        damaged = check_damage and await asyncio.to_thread(_is_damaged, failed)
+        between the cut and the mark would let it vote with the shortened log). A log that
+        cannot be opened even so is started over empty, marked lost the same way."""
+        damaged = check_damage and await asyncio.to_thread(_is_damaged, broken)
         if damaged:
-            self.amnesia.lose(failed.group)
-        return await asyncio.to_thread(failed.reopen, cut_damage=damaged)
+            self.amnesia.lose(broken.group)
+        try:
+            return await asyncio.to_thread(broken.reopen, cut_damage=damaged)
+        except CorruptLogError as exc:
+            log.error(
+                "replica log cannot be opened; starting it over from its peers",
+                group=broken.group,
+                error=str(exc),
+            )
+        self.amnesia.lose(broken.group)
+        await asyncio.to_thread(shutil.rmtree, broken.directory / LOG_DIR, True)
+        return await asyncio.to_thread(broken.reopen)
 
-    def _still_wanted(self, failed: Replica) -> bool:
+    def _still_wanted(self, failed: Broken) -> bool:
         """This node is still assigned the partition and hosts no other replica of it."""
         if failed.group in self.runtime.replicas:
             return False
@@ -152,7 +208,7 @@ class ReplicaRepair:
         assignment = topic.partitions[failed.partition]
         return self.node_id in assignment.replicas or assignment.adding == self.node_id
 
-    async def _forget(self, failed: Replica) -> None:
+    async def _forget(self, failed: Broken) -> None:
         """The partition left this node while its replica was offline: drop the files too."""
         self.faults.pop(failed.group, None)
         hosted = self.runtime.replicas.get(failed.group)
@@ -164,12 +220,13 @@ class ReplicaRepair:
             self.amnesia.forget(failed.directory.name)
 
 
-def _is_damaged(failed: Replica) -> bool:
-    """Whether any batch (or index entry) of the closed replica's log fails its check."""
-    with PartitionLog.open(failed.directory / "log", failed.log.config) as plog:
-        try:
+def _is_damaged(broken: Broken) -> bool:
+    """Whether any batch (or index entry) of the closed replica's log fails its check, or
+    the log cannot even be opened."""
+    try:
+        with PartitionLog.open(broken.directory / LOG_DIR, broken.log_config) as plog:
             plog.verify()
-        except CorruptLogError as exc:
-            log.warning("replica log is damaged", group=failed.group, error=str(exc))
-            return True
+    except CorruptLogError as exc:
+        log.warning("replica log is damaged", group=broken.group, error=str(exc))
+        return True
     return False

@@ -17,6 +17,9 @@ from laminar.node.raft_state import load_state
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
 from laminar.segment.log import LogConfig, PartitionLog
 
+LOG_DIR = "log"
+"""A replica directory's subdirectory holding its partition log (beside the Raft state)."""
+
 
 @dataclass(slots=True)
 class Waiter:
@@ -87,17 +90,17 @@ class Replica:
             cls.open, group, node_id, directory, log_config, initial_conf, raft_config, **kwargs
         )
         directory.mkdir(parents=True, exist_ok=True)
-        log = PartitionLog.open(directory / "log", log_config)
+        log = PartitionLog.open(directory / LOG_DIR, log_config)
         try:
             if cut_damage:
                 log.cut_at_damage()
             storage = LogStorage(log)
             hard, conf = load_state(directory)
+            conf = conf or initial_conf
+            raft = RaftNode(node_id, storage, conf, hard, raft_config)  # reads the log's tail
         except BaseException:
             log.close()
             raise
-        conf = conf or initial_conf
-        raft = RaftNode(node_id, storage, conf, hard, raft_config)
         saved = SavedState(hard.term, hard.vote, conf) if hard is not None else None
         replica = cls(
             group,

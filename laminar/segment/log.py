@@ -380,6 +380,7 @@ class PartitionLog:
         if first[2] >= limit:
             return self._empty_slice(offset)
         length, nxt = seg.extent(first, max_bytes, limit, _NO_LIMIT)
+        seg.check_read(first[0], first[1], length)
         return LogSlice(seg.data, seg.log_path, first[0], length, first[1], nxt)
 
     def _empty_slice(self, offset: int) -> LogSlice:

@@ -56,6 +56,13 @@ class Segment:
         self.max_off = base
         self.max_pos = 0
         self.sealed = False
+        # Batches in bytes [unchecked_from, unchecked_to) were never crc-checked by this
+        # process: a sealed segment opened through a good index is trusted unread, and the
+        # active one is checked only after its last index entry. Reads check them on first use
+        # (check_read); what this process appended was checked when it arrived.
+        self.unchecked_from = 0
+        self.unchecked_offset = base  # the offset of the batch at unchecked_from
+        self.unchecked_to = 0
         # wall-clock ms of the first append (time-based rolling); after a restart the first
         # batch's timestamp stands in for it (see PartitionLog._aged)
         self.roll_clock_ms: int | None = None
@@ -119,6 +126,7 @@ class Segment:
         if whole and idx.offsets[-1] < next_base and seg._check_tail(idx, next_base, size):
             seg.idx = idx
             seg.size, seg.end, seg.last_term = size, next_base, idx.terms[-1]
+            seg.unchecked_to = size  # trusted through its index: checked when first read
             seg._check_time_index()
             seg.release()
             return seg
@@ -202,6 +210,7 @@ class Segment:
             first_pos: int | None = start  # batch already indexed: do not index it again
         else:
             start, first_pos = 0, None
+        seg.unchecked_to = start  # the scan below checks the rest
 
         def on_batch(pos: int, h: BatchHeader) -> None:
             if pos == first_pos:
@@ -431,6 +440,27 @@ class Segment:
             cur, nxt = p + b_len, b_last + 1
         return cur - pos, nxt
 
+    def check_read(self, pos: int, offset: int, length: int) -> None:
+        """Check the batches among ``length`` bytes from batch ``pos`` (holding ``offset``)
+        that this process never checked (crc, contiguous offsets) before they are served;
+        raises CorruptLogError. A sequential reader checks each byte once per process."""
+        lo, hi = self.unchecked_from, self.unchecked_to
+        end = pos + length
+        if end <= lo or pos >= hi:
+            return
+        start, expected = (lo, self.unchecked_offset) if pos <= lo else (pos, offset)
+        stop = min(end, hi)
+        reached = [expected]
+
+        def on_batch(_pos: int, h: BatchHeader) -> None:
+            reached[0] = h.next_offset
+
+        bad, reason = self.scan(start, expected, stop, on_batch)
+        if reason is not None:
+            raise CorruptLogError(f"{self.log_path}: corrupt batch at position {bad}: {reason}")
+        if start == lo:
+            self.unchecked_from, self.unchecked_offset = stop, reached[0]
+
     def scan(
         self,
         pos: int,
@@ -479,6 +509,10 @@ class Segment:
         """Cut the segment at batch boundary ``pos`` and make the cut durable; unseals it."""
         self.write_pending()
         os.ftruncate(self.data.fd, pos)
+        if self.unchecked_to > pos:  # what is appended after the cut is checked on arrival
+            self.unchecked_to = pos
+            if self.unchecked_from >= pos:
+                self.unchecked_from = self.unchecked_to = 0
         if pos == 0:
             self.roll_clock_ms = None
         idx = self.idx

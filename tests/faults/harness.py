@@ -29,7 +29,7 @@ from laminar.client import Admin, Consumer
 from laminar.client.decoding import decode_consumer_records
 from laminar.client.localcluster import LocalCluster, _die_with_parent, free_port_pairs
 from laminar.client.types import ConsumerRecord, TopicPartition
-from laminar.errors import LaminarError
+from laminar.errors import LaminarError, NotLeaderError
 from laminar.segment.batch import is_control, iter_batches, verify_batch
 from laminar.segment.fileio import POWERLOSS_JOURNAL_ENV
 from laminar.transport import split_address
@@ -523,7 +523,7 @@ class FaultRun:
                 if isinstance(leader_hw, str):
                     divergences.append(leader_hw)
                     leader_hw = None
-                data, problem = await self._read_bytes(consumer, tp, None, leader_hw)
+                data, problem = await self._read_bytes(consumer, tp, None, leader_hw, deadline)
                 if problem:
                     divergences.append(problem)
                 records: list[ConsumerRecord] = []
@@ -540,7 +540,9 @@ class FaultRun:
                         decode_consumer_records(batch, header, TOPIC, tp.partition, 0, records)
                 logs[tp.partition] = [(r.offset, (r.value or b"").decode()) for r in records]
                 for replica in part.replicas:
-                    theirs, problem = await self._read_bytes(consumer, tp, replica, leader_hw)
+                    theirs, problem = await self._read_bytes(
+                        consumer, tp, replica, leader_hw, deadline
+                    )
                     if problem:
                         divergences.append(problem)
                     elif theirs != data:
@@ -575,19 +577,36 @@ class FaultRun:
 
     @staticmethod
     async def _read_bytes(
-        consumer: Consumer, tp: TopicPartition, node_id: int | None, end: int | None
+        consumer: Consumer,
+        tp: TopicPartition,
+        node_id: int | None,
+        end: int | None,
+        deadline: float,
     ) -> tuple[bytes, str]:
-        """Whole batches [0, end) from one replica (the leader if None); (bytes, problem)."""
+        """Whole batches [0, end) from one replica (the leader if None); (bytes, problem).
+
+        A replica that answers NotLeader, or has not committed that far, may be under repair
+        (it found damage while serving, went offline, catches up again): asked again until
+        ``deadline``."""
         parts: list[bytes] = []
         offset = 0
         who = "leader" if node_id is None else f"replica {node_id}"
         try:
             while True:
-                got = await consumer.fetch_batches(tp, offset, 1 << 20, node_id=node_id)
+                try:
+                    got = await consumer.fetch_batches(tp, offset, 1 << 20, node_id=node_id)
+                except NotLeaderError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(0.3)
+                    continue
                 limit = got.high_watermark if end is None else end
                 if offset >= limit:
                     break
                 if not got.data:
+                    if got.high_watermark < limit and time.monotonic() < deadline:
+                        await asyncio.sleep(0.3)
+                        continue
                     return b"".join(
                         parts
                     ), f"short_read: {tp} {who} served nothing at {offset} < {limit}"

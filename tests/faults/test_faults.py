@@ -205,40 +205,21 @@ def test_five_nodes_split_and_mixed_faults(tmp_path: Path) -> None:
     _run(tmp_path, nodes=5, faults=faults, cycles=4, mixed=True)
 
 
-# Known failure (issue 10, "one storage error wedges a whole node", being fixed by the
-# nodefaults helper): a replica whose sealed segment fails its check on open (a flipped bit:
-# crc32c mismatch; a truncated file: torn batch or gap) raises CorruptLogError out of
-# Node.reconcile's create_topic loop; MetadataService.apply swallows it without a log line, so
-# that node never opens this or any later partition of the topic and never repairs it from its
-# peers. Strict: once the fix lands these pass, and the marker must go.
-_WEDGE = pytest.mark.xfail(
-    strict=True,
-    reason="known bug: a corrupt sealed segment leaves the node without any replica of the topic",
-)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize(
-    "damage",
-    [
-        pytest.param("bitflip_sealed", marks=_WEDGE),
-        pytest.param("truncate_data", marks=_WEDGE),
-    ],
-)
+@pytest.mark.parametrize("damage", ["bitflip_sealed", "truncate_data"])
 def test_disk_corruption_on_a_minority(tmp_path: Path, damage: str) -> None:
-    """One node's sealed segment damaged: it must notice, never serve it, and resync."""
+    """One node's sealed segment damaged: it must notice, never serve it, and resync (the
+    replica is repaired: cut before the damage, or started over when it cannot be opened, and
+    re-admitted to its group before it votes again)."""
     _run(tmp_path, nodes=3, faults=[damage], cycles=1, fail_fast=True, recover_timeout=20.0)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 10, amnesia): a replica that lost its data rejoins as a voter",
-)
 def test_a_replica_that_lost_its_data_must_not_vote_acked_writes_away(tmp_path: Path) -> None:
     """Writes commit on A and C while B is cut off; A loses its partition directories and C
-    goes down. Today A comes back empty as a voter, A and B elect B, and the writes acked in
-    between are gone (seed 1: 224 of 2,816 acked writes lost)."""
+    goes down. A must not come back as a voter with an empty log: A and B would elect B and
+    the writes acked in between would be gone (before the amnesia fix, seed 1 lost 224 of
+    2,816 acked writes)."""
     _run(tmp_path, nodes=3, faults=["amnesia"], cycles=1, recover_timeout=20.0)
