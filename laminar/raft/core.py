@@ -504,6 +504,14 @@ class RaftNode:
                 pass
             elif t in (APPEND, HEARTBEAT, RESET_MSG):
                 self._become_follower(m.term, m.frm)
+            elif t == VOTE:
+                # The election timer restarts on hearing from a leader or on granting a vote
+                # (Raft, figure 2), not on merely seeing a higher term: when this vote is refused
+                # because the candidate's log is behind ours, restarting the timer would let that
+                # hopeless candidate hold back the one node that can win, election after election.
+                elapsed, timeout = self.election_elapsed, self._timeout
+                self._become_follower(m.term, 0)
+                self.election_elapsed, self._timeout = elapsed, timeout
             else:
                 self._become_follower(m.term, 0)
         elif m.term < self.term:
