@@ -13,6 +13,7 @@ import os
 
 import pytest
 
+from laminar.raft import ConfChange, ConfChangeType, ConfState, Role
 from tests.raft_sim import REPLAY, STAT_KEYS, Sim, SimFailure
 
 SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "10000"))
@@ -97,3 +98,45 @@ def test_raft_sim_failure_names_the_seed_and_the_replay_command() -> None:
     text = str(exc.value)
     assert "seed 4242" in text
     assert "LAMINAR_SIM_SEED=4242 .venv/bin/pytest tests/test_raft_sim.py -k replay" in text
+
+
+def _quiet_sim(voters: int) -> Sim:
+    """A simulation driven by hand: no random faults, no clients, no pre-vote or lease."""
+    sim = Sim(1, voters=voters)
+    sim.faults = False
+    sim.clients = False
+    sim.pre_vote = False
+    sim.check_quorum = False
+    for h in sim.hosts.values():
+        sim._start(h)
+    return sim
+
+
+def _elect(sim: Sim, nid: int) -> None:
+    sim.hosts[nid].node.campaign()
+    sim.process(sim.hosts[nid])
+    for _ in range(5):
+        sim.step()
+    assert sim.hosts[nid].node.role == Role.LEADER
+
+
+def test_a_deposed_leader_does_not_get_a_live_member_reaped() -> None:
+    # Sim seeds 17856 and 19000 (before this fix): a partitioned leader without check-quorum
+    # kept leading its old term with an old configuration; once the real leader crashed it was
+    # the only leader() left, and the reaper stopped a learner the committed configuration
+    # still held. The group could never quiesce (the leader waited for that learner).
+    sim = _quiet_sim(3)
+    _elect(sim, 1)
+    sim.blocked |= {(1, 2), (2, 1), (1, 3), (3, 1)}
+    _elect(sim, 2)
+    assert sim.hosts[1].node.role == Role.LEADER  # deposed, and does not know it
+    sim.hosts[2].node.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, 4))
+    sim._create_host(4, ConfState(()))
+    sim.process(sim.hosts[2])
+    for _ in range(5):
+        sim.step()
+    assert 4 in sim.committed_conf.learners
+    sim.crash(sim.hosts[2])
+    assert sim.leader() is sim.hosts[1]
+    sim.reap_removed()
+    assert not sim.hosts[4].removed and sim.hosts[4].node is not None
