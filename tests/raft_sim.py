@@ -135,6 +135,7 @@ class Sim:
         # every member it ever had (ids are never reused).
         self.committed_conf = conf
         self.committed_members: set[int] = set(conf.voters)
+        self._reaped_for: ConfState | None = None
         for nid in conf.voters:
             self._create_host(nid, conf)
 
@@ -481,6 +482,9 @@ class Sim:
         log decides, not any node's: a deposed leader that has not heard of newer
         configurations must not get a live member shut down."""
         cc = self.committed_conf
+        if cc is self._reaped_for:
+            return
+        self._reaped_for = cc
         members = {*cc.voters, *cc.learners}
         for other in self.hosts.values():
             if other.id not in members and other.id in self.committed_members and not other.removed:
