@@ -16,6 +16,7 @@ SWIM's properties along the way (see its docstring).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 from collections import defaultdict
@@ -243,6 +244,16 @@ class Simulation:
         return f"seed={self.seed}; replay: SWIM_SEED={self.seed} pytest '{test}'"
 
 
+def detection_bound_periods(size: int, config: SwimConfig) -> int:
+    """Worst case the protocol allows for every member to see a crash, in periods: a full
+    round of probes before the first accuser finds it (round-robin order), the longest
+    suspicion timeout (Lifeguard starts at ``suspicion_max_mult`` times the minimum and only
+    shrinks with independent confirmations, which a small cluster has few of), and a few
+    periods to spread the verdict."""
+    minimum = config.suspicion_mult * max(1.0, math.log10(size))
+    return math.ceil(size + minimum * config.suspicion_max_mult + 5)
+
+
 CHAOS_REPLAY = "LAMINAR_SWIM_SEED={seed} .venv/bin/pytest tests/test_swim_sim.py -k chaos_replay"
 
 
@@ -270,7 +281,8 @@ class Chaos:
       live members, all alive at their current incarnation, so every paused member that came
       back with a stale view, and every member suspected or declared dead meanwhile, has
       refuted with a higher incarnation;
-    * a member that crashes now is declared dead by everyone within ``detect_periods``.
+    * a member that crashes now is declared dead by everyone within
+      ``detection_bound_periods``.
     """
 
     def __init__(
@@ -278,7 +290,6 @@ class Chaos:
         seed: int,
         fault_periods: int = 100,
         heal_periods: int = 50,
-        detect_periods: int = 25,
     ) -> None:
         self.seed = seed
         r = self.rng = random.Random(seed)
@@ -289,9 +300,9 @@ class Chaos:
         self.partitions = r.random() < 0.3
         self.fault_periods = fault_periods
         self.heal_periods = heal_periods
-        self.detect_periods = detect_periods
         self.sim = Simulation(seed, max_latency=1)
         self.period = self.sim.config.protocol_period_ticks
+        self.detect_periods = detection_bound_periods(self.size, self.sim.config)
         self.unhealthy: set[int] = set()  # ever paused, crashed or restarted
         self.max_incarnation: dict[int, int] = {}
         self.pause_ends: dict[int, int] = {}
