@@ -42,6 +42,8 @@ def _run_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
     return failures, totals
 
 
+# The default 300 s limit fits the default seed count; long runs get time in proportion.
+@pytest.mark.timeout(max(300, SEEDS // 20))
 def test_raft_sim_many_seeds() -> None:
     workers = min(2, os.cpu_count() or 1)
     # Small chunks keep both workers busy to the end (seeds differ a lot in cost).
