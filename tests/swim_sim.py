@@ -341,7 +341,7 @@ class Chaos:
     def fault_period(self) -> None:
         sim, r = self.sim, self.rng
         running = sim.running()
-        if len(running) > 3 and r.random() < 0.15:
+        if len(running) > 3 and r.random() < 0.06:
             victim = r.choice(running)
             sim.pause(victim)
             self.unhealthy.add(victim)
@@ -351,7 +351,7 @@ class Chaos:
             self.pause_ends[victim] = sim.now + ticks
             self.stats["pauses"] += 1
             self.stats["long_pauses"] += long
-        if len(running) > 3 and r.random() < 0.03:
+        if len(running) > 3 and r.random() < 0.02:
             victim = r.choice(running)
             sim.crash(victim)
             self.unhealthy.add(victim)
