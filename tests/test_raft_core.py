@@ -119,6 +119,37 @@ def test_granting_a_vote_restarts_the_election_timer() -> None:
     assert net[3].election_elapsed == 0
 
 
+def test_a_learner_with_a_newer_term_makes_the_stale_leader_step_down() -> None:
+    # Sim seed 175232 (before this fix): without pre-vote and check-quorum, a losing
+    # candidate's VOTE raised learner 4's term above the leader's. 4 then dropped every append
+    # of the leader's older term without a word, and as a learner it never campaigns, so
+    # neither side ever moved: 4 fell behind for good.
+    net = Net(
+        [1, 2, 3, 4],
+        voters=[1, 2, 3],
+        learners=[4],
+        election_tick=ET,
+        pre_vote=False,
+        check_quorum=False,
+    )
+    net.elect(1)
+    term = net[1].term
+    vote = Message(MessageType.VOTE, 4, 2, term + 1, log_term=term, index=net[2].last_index)
+    net[4].step(vote)
+    net.take()  # 4's answer to that candidate is lost
+    assert net[4].term == term + 1
+    net[1].propose(b"x")
+    net.deliver()
+    assert net[1].role == Role.FOLLOWER and net[1].term == term + 1  # before the fix: leader
+    for _ in range(3 * ET):
+        net.tick_all()
+        if any(net[n].role == Role.LEADER for n in (1, 2, 3)):
+            break
+    net.deliver()
+    leader = next(net[n] for n in (1, 2, 3) if net[n].role == Role.LEADER)
+    assert net[4].last_index == leader.last_index and net[4].commit == leader.commit
+
+
 def test_check_quorum_steps_down_an_isolated_leader() -> None:
     net = leader_net()
     net.isolate(1)
