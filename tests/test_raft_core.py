@@ -86,6 +86,70 @@ def test_without_prevote_a_rejoining_node_disrupts_the_term() -> None:
     assert net[1].term > term  # contrast with the pre-vote test above
 
 
+def test_refusing_a_stale_candidate_keeps_the_election_timer_running() -> None:
+    # Simulation seed 6395 (before this fix): of voters {1, 2, 3, 4}, 4 is down; 1 has the
+    # longest log, so only 1 can win. Without pre-vote, 2 campaigned again and again; each of
+    # its VOTEs raised 1's term and, before the fix, restarted 1's election timer, so 1 never
+    # timed out first and no leader emerged for 200+ ticks. Raft restarts the timer only on
+    # hearing from a leader or on granting a vote.
+    logs = {1: log_of([1, 1, 2]), 2: log_of([1, 1]), 3: log_of([1, 1]), 4: log_of([1, 1])}
+    hs = {n: HardState(2, 0, 1) for n in logs}
+    net = Net([1, 2, 3, 4], storages=logs, hard_states=hs, election_tick=ET, pre_vote=False)
+    net.isolate(4)
+    net.tick(1, ET - 1)  # 1 is almost due to campaign
+    assert net[1].role == Role.FOLLOWER
+    net.elect(2)  # 2's VOTE raises 1's term; 1 refuses (2's log is behind)
+    assert net[1].term == net[2].term == 3
+    assert net[1].vote == 0
+    assert net[1].election_elapsed == ET - 1  # before the fix: 0
+    # So 1 campaigns within at most ET more ticks (its timeout is below 2 * ET) and wins.
+    for _ in range(ET):
+        net.tick(1)
+        if net[1].role != Role.FOLLOWER:
+            break
+    net.deliver()
+    assert net[1].role == Role.LEADER
+
+
+def test_granting_a_vote_restarts_the_election_timer() -> None:
+    net = Net([1, 2, 3], election_tick=ET, pre_vote=False)
+    net.tick(3, ET - 1)
+    net.elect(1)
+    assert net[3].vote == 1
+    assert net[3].election_elapsed == 0
+
+
+def test_a_learner_with_a_newer_term_makes_the_stale_leader_step_down() -> None:
+    # Sim seed 175232 (before this fix): without pre-vote and check-quorum, a losing
+    # candidate's VOTE raised learner 4's term above the leader's. 4 then dropped every append
+    # of the leader's older term without a word, and as a learner it never campaigns, so
+    # neither side ever moved: 4 fell behind for good.
+    net = Net(
+        [1, 2, 3, 4],
+        voters=[1, 2, 3],
+        learners=[4],
+        election_tick=ET,
+        pre_vote=False,
+        check_quorum=False,
+    )
+    net.elect(1)
+    term = net[1].term
+    vote = Message(MessageType.VOTE, 4, 2, term + 1, log_term=term, index=net[2].last_index)
+    net[4].step(vote)
+    net.take()  # 4's answer to that candidate is lost
+    assert net[4].term == term + 1
+    net[1].propose(b"x")
+    net.deliver()
+    assert net[1].role == Role.FOLLOWER and net[1].term == term + 1  # before the fix: leader
+    for _ in range(3 * ET):
+        net.tick_all()
+        if any(net[n].role == Role.LEADER for n in (1, 2, 3)):
+            break
+    net.deliver()
+    leader = next(net[n] for n in (1, 2, 3) if net[n].role == Role.LEADER)
+    assert net[4].last_index == leader.last_index and net[4].commit == leader.commit
+
+
 def test_check_quorum_steps_down_an_isolated_leader() -> None:
     net = leader_net()
     net.isolate(1)

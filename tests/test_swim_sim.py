@@ -8,6 +8,8 @@ replay it with SWIM_SEED=<seed> pytest <test>.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 
 import pytest
@@ -15,9 +17,15 @@ import pytest
 from laminar.membership.swim import EventKind, MemberState, SwimConfig
 
 try:
-    from tests.swim_sim import Simulation, seeds_from_env
+    from tests.swim_sim import CHAOS_REPLAY, Chaos, ChaosFailure, Simulation, seeds_from_env
 except ModuleNotFoundError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from swim_sim import Simulation, seeds_from_env  # type: ignore[no-redef]
+    from swim_sim import (  # type: ignore[no-redef]
+        CHAOS_REPLAY,
+        Chaos,
+        ChaosFailure,
+        Simulation,
+        seeds_from_env,
+    )
 
 N = 50
 PERIOD = SwimConfig().protocol_period_ticks
@@ -202,3 +210,83 @@ def test_simulation_is_deterministic() -> None:
     first = trace(99)
     assert first == trace(99)
     assert first != trace(98)
+
+
+# Random fault schedules (tests/swim_sim.py, Chaos): LAMINAR_SWIM_SEEDS of them (default 200)
+# from LAMINAR_SWIM_SEED_BASE (default 0); LAMINAR_SWIM_SEED=S with -k chaos_replay replays one.
+CHAOS_SEEDS = int(os.environ.get("LAMINAR_SWIM_SEEDS", "200"))
+CHAOS_SEED_BASE = int(os.environ.get("LAMINAR_SWIM_SEED_BASE", "0"))
+
+
+def _chaos_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
+    failures: list[str] = []
+    totals: dict[str, int] = {}
+    for seed in range(*bounds):
+        chaos = Chaos(seed)
+        try:
+            chaos.run()
+        except ChaosFailure as e:
+            failures.append(str(e))
+        except Exception as e:  # a crash inside the core fails the seed too
+            failures.append(f"seed {seed}: {e!r}\nreplay: {CHAOS_REPLAY.format(seed=seed)}")
+        if len(failures) >= 3:
+            break
+        for k, v in chaos.stats.items():
+            totals[k] = totals.get(k, 0) + v
+    return failures, totals
+
+
+def test_swim_chaos_many_seeds() -> None:
+    workers = min(2, os.cpu_count() or 1)
+    step = (CHAOS_SEEDS + workers - 1) // workers
+    end = CHAOS_SEED_BASE + CHAOS_SEEDS
+    ranges = [(i, min(i + step, end)) for i in range(CHAOS_SEED_BASE, end, step)]
+    if workers > 1:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            results = pool.map(_chaos_range, ranges)
+    else:
+        results = [_chaos_range(r) for r in ranges]
+    failures = [f for fs, _ in results for f in fs]
+    assert not failures, "\n\n".join(failures[:3])
+    totals: dict[str, int] = {}
+    for _, t in results:
+        for k, v in t.items():
+            totals[k] = totals.get(k, 0) + v
+    # The schedules do what they claim: pauses past the suspicion timeout get members declared
+    # dead, and they come back by refuting; crashed members restart as fresh processes.
+    assert totals["long_pauses"] > CHAOS_SEEDS
+    assert totals["back_from_dead"] > CHAOS_SEEDS
+    assert totals["restarts"] > CHAOS_SEEDS // 2
+
+
+@pytest.mark.skipif("LAMINAR_SWIM_SEED" not in os.environ, reason="set LAMINAR_SWIM_SEED")
+def test_swim_chaos_replay() -> None:
+    Chaos(int(os.environ["LAMINAR_SWIM_SEED"])).run()
+
+
+def test_swim_chaos_is_deterministic() -> None:
+    a, b = Chaos(5), Chaos(5)
+    a.run()
+    b.run()
+    assert a.sim.now == b.sim.now
+    assert [(r.tick, r.observer, r.event.kind) for r in a.sim.events] == [
+        (r.tick, r.observer, r.event.kind) for r in b.sim.events
+    ]
+
+
+def test_paused_member_reads_its_stale_backlog_and_refutes_its_death() -> None:
+    """A member paused far past the suspicion timeout is declared dead; when it runs again it
+    first reads the datagrams that waited in its socket buffer, still believes its old view,
+    learns it was declared dead and comes back with a higher incarnation."""
+    sim = Simulation(3, max_latency=1)
+    sim.bootstrap(8)
+    assert sim.run_until(sim.converged, CONVERGE_TICKS, every=5) is not None
+    before = sim.nodes[4].incarnation
+    sim.pause(4)
+    assert sim.run_until(lambda: sim.all_see(4, {MemberState.DEAD}), 40 * PERIOD) is not None
+    assert 0 < len(sim.paused[4]) <= 64  # pings and gossip queued in its socket buffer
+    assert all(v[0] is MemberState.ALIVE for v in sim.view(4).values())  # its stale view
+    sim.resume(4)
+    assert sim.run_until(sim.converged, 20 * PERIOD) is not None
+    assert sim.nodes[4].incarnation > before
+    assert sim.nodes[1].member(4).state is MemberState.ALIVE  # type: ignore[union-attr]

@@ -504,11 +504,22 @@ class RaftNode:
                 pass
             elif t in (APPEND, HEARTBEAT, RESET_MSG):
                 self._become_follower(m.term, m.frm)
+            elif t == VOTE:
+                # The election timer restarts on hearing from a leader or on granting a vote
+                # (Raft, figure 2), not on merely seeing a higher term: when this vote is refused
+                # because the candidate's log is behind ours, restarting the timer would let that
+                # hopeless candidate hold back the one node that can win, election after election.
+                elapsed, timeout = self.election_elapsed, self._timeout
+                self._become_follower(m.term, 0)
+                self.election_elapsed, self._timeout = elapsed, timeout
             else:
                 self._become_follower(m.term, 0)
         elif m.term < self.term:
-            if (self.cfg.check_quorum or self.cfg.pre_vote) and (t in (APPEND, HEARTBEAT)):
-                # Tell a stale leader about the newer term so it steps down.
+            if t in (APPEND, HEARTBEAT, RESET_MSG):
+                # Tell a stale leader about the newer term so it steps down. (etcd does this
+                # only with check-quorum or pre-vote, counting on this node to campaign at its
+                # higher term otherwise; a learner, or a voter whose log has not reached its
+                # promotion yet, never campaigns, and would ignore the leader forever.)
                 self._send(Message(APPEND_RESP, m.frm, self.id, self.term))
             elif t == PRE_VOTE:
                 self._send(Message(PRE_VOTE_RESP, m.frm, self.id, self.term, reject=True))

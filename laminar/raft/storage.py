@@ -73,12 +73,15 @@ def take_entries(ents: list[Entry], i: int, hi: int, max_bytes: int) -> list[Ent
 
 
 class MemoryStorage:
-    """A list-backed ``Storage`` for tests, the simulator and the benchmark."""
+    """A list-backed ``Storage`` for tests, the simulator and the benchmark.
 
-    __slots__ = ("_ents", "_prev_term", "_start")
+    ``_lasts`` mirrors each entry's last offset so lookups bisect a plain int list."""
+
+    __slots__ = ("_ents", "_lasts", "_prev_term", "_start")
 
     def __init__(self, start: int = 0, prev_term: int = 0) -> None:
         self._ents: list[Entry] = []
+        self._lasts: list[int] = []
         self._start = start
         self._prev_term = prev_term
 
@@ -86,25 +89,22 @@ class MemoryStorage:
         return self._start
 
     def last_index(self) -> int:
-        ents = self._ents
-        return ents[-1].last if ents else self._start - 1
+        lasts = self._lasts
+        return lasts[-1] if lasts else self._start - 1
 
     def _pos(self, index: int) -> int:
-        ents = self._ents
-        # Fast path: single-offset entries laid out densely.
-        p = index - self._start
-        if 0 <= p < len(ents) and ents[p].index == index and ents[p].last == index:
-            return p
-        return bisect_left(ents, index, key=_LAST)
+        return bisect_left(self._lasts, index)
 
     def term(self, index: int) -> int:
-        if index == self._start - 1:
+        start = self._start
+        if index == start - 1:
             return self._prev_term
-        if index < self._start:
+        if index < start:
             raise CompactedError(index)
-        if index > self.last_index():
+        lasts = self._lasts
+        if not lasts or index > lasts[-1]:
             raise UnavailableError(index)
-        return self._ents[self._pos(index)].term
+        return self._ents[bisect_left(lasts, index)].term
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         if lo < self._start:
@@ -122,10 +122,12 @@ class MemoryStorage:
         if first != self.last_index() + 1:
             raise ValueError(f"append at {first} leaves a gap after {self.last_index()}")
         self._ents.extend(entries)
+        self._lasts.extend(map(_LAST, entries))
 
     def truncate(self, index: int) -> None:
         if index <= self._start:
             self._ents.clear()
+            self._lasts.clear()
             return
         if index > self.last_index():
             return
@@ -133,9 +135,11 @@ class MemoryStorage:
         if self._ents[p].index != index:
             raise ValueError(f"truncate at {index} splits an entry")
         del self._ents[p:]
+        del self._lasts[p:]
 
     def reset(self, start: int, prev_term: int) -> None:
         self._ents = []
+        self._lasts = []
         self._start = start
         self._prev_term = prev_term
 
@@ -143,19 +147,21 @@ class MemoryStorage:
         """Drop whole entries that end at or below ``index`` (retention)."""
         if index < self._start or not self._ents:
             return
-        p = bisect_left(self._ents, index, key=_LAST)
-        if p < len(self._ents) and self._ents[p].last == index:
+        p = bisect_left(self._lasts, index)
+        if p < len(self._ents) and self._lasts[p] == index:
             p += 1
         if p == 0:
             return
         self._prev_term = self._ents[p - 1].term
-        self._start = self._ents[p - 1].last + 1
+        self._start = self._lasts[p - 1] + 1
         del self._ents[:p]
+        del self._lasts[:p]
 
     def copy(self) -> MemoryStorage:
         """A snapshot sharing the (immutable) entries: what a crash leaves on disk."""
         c = MemoryStorage(self._start, self._prev_term)
         c._ents = list(self._ents)
+        c._lasts = list(self._lasts)
         return c
 
     def all_entries(self) -> list[Entry]:

@@ -103,6 +103,12 @@ class Ready:
     ``advance``. Report durability with ``RaftNode.persisted``. After a ``reset`` the committed
     entries below the new start are never delivered: an application that consumes
     ``committed_entries`` must restore its state from elsewhere.
+
+    A ``reset`` removes the CONFIG entries the replica's configuration came from, so the
+    ``conf_state`` (and ``hard_state``) of the same Ready must be durable no later than the
+    reset itself (etcd saves a snapshot, whose metadata carries the ConfState, before applying
+    it). Otherwise a crash in between leaves a reset log beside an older configuration, and
+    the restarted replica counts votes and commits with voters that are no longer the group's.
     """
 
     hard_state: HardState | None
