@@ -1,4 +1,5 @@
-"""A follower's high watermark never covers bytes that are not committed on its disk.
+"""A follower's log and Raft state as the runtime writes them: its high watermark never covers
+bytes that are not committed on its disk, and a reset never outruns its configuration.
 
 A follower's Raft commit moves inside ``step``, while a conflicting stale tail is cut from its
 log only when the runtime drains the group's Ready. A fetch that runs in between (any task the
@@ -12,9 +13,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from laminar.node.raft_state import load_state
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
-from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
+from laminar.raft import (
+    ConfState,
+    Entry,
+    EntryKind,
+    Message,
+    MessageType,
+    RaftConfig,
+    encode_conf,
+)
 from laminar.segment.batch import build_batch, decode_records, iter_batches
 from laminar.segment.log import LogConfig
 
@@ -78,5 +88,37 @@ async def test_fetch_between_step_and_drain_never_reads_a_stale_tail(tmp_path: P
         await asyncio.sleep(0)  # the drain truncates and appends
         assert committed_values(replica) == [b"a0", b"a1", b"b2", b"b3"]
         assert replica.high_watermark == 4
+    finally:
+        await runtime.stop()
+
+
+async def test_a_reset_is_never_on_disk_before_its_configuration(tmp_path: Path) -> None:
+    """The segment log's reset is durable when it returns; the configuration it carries must
+    be in the state file by then (a crash right after must not restart the replica with the
+    voters of the entries the reset removed)."""
+    runtime = MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _replica: None)
+    replica = Replica.open(
+        7,
+        FOLLOWER,
+        tmp_path / "p",
+        LogConfig(),
+        ConfState(voters=(1, 2, 3)),
+        RaftConfig(deliver_committed=False, seed=1),
+    )
+    runtime.add(replica)
+    try:
+        runtime.step(7, append(1, 1, -1, 0, entries(1, 0, [b"a0", b"a1"]), 1))
+        await asyncio.sleep(0)
+        # The leader's log now starts at 100, with voters (1, 2, 4) committed as of offset 99.
+        moved = ConfState(voters=(1, 2, 4), index=99)
+        reset = Message(
+            MessageType.RESET, FOLLOWER, 1, 1, log_term=1, index=99, commit=99,
+            context=encode_conf(moved),
+        )  # fmt: skip
+        runtime.step(7, reset)
+        await asyncio.sleep(0)  # the drain resets the log (durable at once); no flush yet
+        assert replica.log.start_offset == 100
+        _hard, on_disk = load_state(replica.directory)  # what a crash now would restart from
+        assert on_disk is not None and on_disk.voters == (1, 2, 4)
     finally:
         await runtime.stop()

@@ -213,6 +213,14 @@ class MultiRaft:
             storage = replica.storage
             if ready.reset is not None:
                 replica.fail_waiters(NotLeaderError("log reset"), ready.reset[0])
+                # A reset removes the CONFIG entries the configuration came from: the state
+                # file holds the new one before the (at once durable) reset, or a crash in
+                # between restarts the replica with an old configuration (Ready's contract).
+                if ready.conf_state is not None:
+                    replica.conf = ready.conf_state
+                state = replica.state_to_save()
+                if state is not None:
+                    save_state(replica.directory, *state)
                 storage.reset(*ready.reset)
                 self._dirty.add(replica)
             if ready.entries:
