@@ -92,6 +92,52 @@ class ProtocolError(LaminarError):
     code = 13
 
 
+# Consumer groups (laminar/groups): codes 20-29.
+
+
+class UnknownMemberIdError(LaminarError):
+    """The member id is not (or no longer) in the group: drop all partitions, join again."""
+
+    code = 20
+
+
+class FencedMemberEpochError(LaminarError):
+    """The member was fenced (epoch ahead/behind or rebalance timeout): drop all, join again."""
+
+    code = 21
+
+
+class StaleMemberEpochError(LaminarError):
+    """An offset commit carries an epoch older than the member's last two: retry with the new."""
+
+    code = 22
+
+
+class GroupNotEmptyError(LaminarError):
+    """Only a group without members accepts commits from outside it or can be deleted."""
+
+    code = 23
+
+
+class NotCoordinatorError(LaminarError):
+    """This coordinator lost its log (a failed append): rebuild it from the internal partition."""
+
+    code = 24
+
+
+class InvalidOffsetError(InvalidRequestError):
+    """A committed offset must be >= 0 and its metadata a string of at most 4096 characters."""
+
+    code = 25
+
+
+class PartitionNotOwnedError(LaminarError):
+    """A member commits only partitions it may own (assigned or being revoked): a commit that
+    arrives after the partition moved on must not overwrite its new owner's progress."""
+
+    code = 26
+
+
 ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
     cls.code: cls
     for cls in (
@@ -108,5 +154,12 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         CorruptLogError,
         NotEnoughReplicasError,
         ProtocolError,
+        UnknownMemberIdError,
+        FencedMemberEpochError,
+        StaleMemberEpochError,
+        GroupNotEmptyError,
+        NotCoordinatorError,
+        InvalidOffsetError,
+        PartitionNotOwnedError,
     )
 }

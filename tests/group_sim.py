@@ -39,9 +39,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from laminar.errors import LaminarError
+from laminar.errors import FencedMemberEpochError, LaminarError, UnknownMemberIdError
 from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse, Reply
-from laminar.groups.errors import FencedMemberEpochError, UnknownMemberIdError
 from laminar.groups.records import GroupsState, Record, compact, replay
 
 REPLAY = (

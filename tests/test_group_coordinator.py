@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from laminar.errors import InvalidRequestError, UnknownPartitionError, UnknownTopicError
-from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse
-from laminar.groups.errors import (
+from laminar.errors import (
     FencedMemberEpochError,
     GroupNotEmptyError,
     InvalidOffsetError,
+    InvalidRequestError,
     NotCoordinatorError,
     PartitionNotOwnedError,
     StaleMemberEpochError,
     UnknownMemberIdError,
+    UnknownPartitionError,
+    UnknownTopicError,
 )
+from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse
 from laminar.groups.records import OffsetKey, Record, compact, decode, encode, replay
 
 SESSION = 3000

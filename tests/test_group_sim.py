@@ -7,28 +7,22 @@
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 from tests.group_sim import REPLAY, GroupSim, SimFailure
+from tests.seeds import run_seeds
 
 SEEDS = int(os.environ.get("LAMINAR_GROUP_SIM_SEEDS", "100"))
 SEED_BASE = int(os.environ.get("LAMINAR_GROUP_SIM_SEED_BASE", "0"))
 
 
+def _run_one(seed: int) -> dict[str, int]:
+    sim = GroupSim(seed)
+    sim.run()
+    return dict(sim.stats)
+
+
 def test_group_sim_many_seeds() -> None:
-    failures: list[str] = []
-    totals: Counter = Counter()
-    for seed in range(SEED_BASE, SEED_BASE + SEEDS):
-        sim = GroupSim(seed)
-        try:
-            sim.run()
-        except SimFailure as e:
-            failures.append(str(e))
-        except Exception as e:  # a crash inside the core fails the seed too
-            failures.append(f"seed {seed}: {e!r}\nreplay: {REPLAY.format(seed=seed)}")
-        totals.update(sim.stats)
-        if len(failures) >= 3:
-            break
+    failures, totals = run_seeds(_run_one, SEED_BASE, SEEDS, REPLAY)
     assert not failures, "\n\n".join(failures)
     # The schedules must exercise what they claim to.
     for fault in ("crashes", "pauses", "leaves", "subscriptions", "failovers", "compactions"):

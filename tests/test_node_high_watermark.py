@@ -59,7 +59,8 @@ def committed_values(replica: Replica) -> list[bytes]:
     return values
 
 
-async def test_fetch_between_step_and_drain_never_reads_a_stale_tail(tmp_path: Path) -> None:
+def follower(tmp_path: Path) -> tuple[MultiRaft, Replica]:
+    """Replica 2 of group 7 (voters 1, 2, 3) on real files, driven by a runtime of its own."""
     runtime = MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _replica: None)
     replica = Replica.open(
         7,
@@ -70,6 +71,11 @@ async def test_fetch_between_step_and_drain_never_reads_a_stale_tail(tmp_path: P
         RaftConfig(deliver_committed=False, seed=1),
     )
     runtime.add(replica)
+    return runtime, replica
+
+
+async def test_fetch_between_step_and_drain_never_reads_a_stale_tail(tmp_path: Path) -> None:
+    runtime, replica = follower(tmp_path)
     try:
         # Leader 1, term 1: five entries, the first two committed.
         runtime.step(7, append(1, 1, -1, 0, entries(1, 0, [b"a0", b"a1", b"x2", b"x3", b"x4"]), 1))
@@ -96,16 +102,7 @@ async def test_a_reset_is_never_on_disk_before_its_configuration(tmp_path: Path)
     """The segment log's reset is durable when it returns; the configuration it carries must
     be in the state file by then (a crash right after must not restart the replica with the
     voters of the entries the reset removed)."""
-    runtime = MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _replica: None)
-    replica = Replica.open(
-        7,
-        FOLLOWER,
-        tmp_path / "p",
-        LogConfig(),
-        ConfState(voters=(1, 2, 3)),
-        RaftConfig(deliver_committed=False, seed=1),
-    )
-    runtime.add(replica)
+    runtime, replica = follower(tmp_path)
     try:
         runtime.step(7, append(1, 1, -1, 0, entries(1, 0, [b"a0", b"a1"]), 1))
         await asyncio.sleep(0)

@@ -8,61 +8,29 @@ seed. The long mode is the same test with more seeds, e.g.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import pytest
 
 from laminar.raft import ConfChange, ConfChangeType, ConfState, Role
-from tests.raft_sim import REPLAY, STAT_KEYS, Sim, SimFailure
+from tests.raft_sim import REPLAY, Sim, SimFailure
+from tests.seeds import run_seeds
 
 SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "10000"))
 SEED_BASE = int(os.environ.get("LAMINAR_SIM_SEED_BASE", "0"))
 
 
-def _run_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
-    failures: list[str] = []
-    totals = dict.fromkeys(STAT_KEYS, 0)
-    totals["acked"] = 0
-    totals["reads"] = 0
-    for seed in range(*bounds):
-        sim = Sim(seed)
-        try:
-            sim.run()
-        except SimFailure as e:
-            failures.append(str(e))
-        except Exception as e:  # a crash inside the core is a failure of this seed too
-            failures.append(f"seed {seed}: {e!r}\nreplay: {REPLAY.format(seed=seed)}")
-        if len(failures) >= 3:
-            break
-        for k, v in sim.stats.items():
-            totals[k] += v
-        totals["acked"] += len(sim.acked)
-        totals["reads"] += sim.reads_served
-    return failures, totals
+def _run_one(seed: int) -> dict[str, int]:
+    sim = Sim(seed)
+    sim.run()
+    return {**sim.stats, "acked": len(sim.acked), "reads": sim.reads_served}
 
 
 # The default 300 s limit fits the default seed count; long runs get time in proportion.
 @pytest.mark.timeout(max(300, SEEDS // 20))
 def test_raft_sim_many_seeds() -> None:
-    workers = min(2, os.cpu_count() or 1)
-    # Small chunks keep both workers busy to the end (seeds differ a lot in cost).
-    step = max(1, min(500, SEEDS // (8 * workers)))
-    end = SEED_BASE + SEEDS
-    ranges = [(i, min(i + step, end)) for i in range(SEED_BASE, end, step)]
-    if workers > 1:
-        # spawn, not fork: earlier tests in this process may have left threads holding locks.
-        ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(workers) as pool:
-            results = pool.map(_run_range, ranges)
-    else:
-        results = [_run_range(r) for r in ranges]
-    failures = [f for fs, _ in results for f in fs]
+    failures, totals = run_seeds(_run_one, SEED_BASE, SEEDS, REPLAY)
     assert not failures, "\n\n".join(failures[:3])
-    totals: dict[str, int] = {}
-    for _, t in results:
-        for k, v in t.items():
-            totals[k] = totals.get(k, 0) + v
     # The schedules must actually exercise the features they claim to.
     assert totals["leaders"] > SEEDS
     assert totals["acked"] > SEEDS * 10

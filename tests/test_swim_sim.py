@@ -8,24 +8,14 @@ replay it with SWIM_SEED=<seed> pytest <test>.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
 
 import pytest
 
 from laminar.membership.swim import EventKind, MemberState, SwimConfig
-
-try:
-    from tests.swim_sim import CHAOS_REPLAY, Chaos, ChaosFailure, Simulation, seeds_from_env
-except ModuleNotFoundError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from swim_sim import (  # type: ignore[no-redef]
-        CHAOS_REPLAY,
-        Chaos,
-        ChaosFailure,
-        Simulation,
-        seeds_from_env,
-    )
+from tests.seeds import run_seeds
+from tests.swim_sim import CHAOS_REPLAY, Chaos, Simulation, seeds_from_env
 
 N = 50
 PERIOD = SwimConfig().protocol_period_ticks
@@ -218,40 +208,15 @@ CHAOS_SEEDS = int(os.environ.get("LAMINAR_SWIM_SEEDS", "200"))
 CHAOS_SEED_BASE = int(os.environ.get("LAMINAR_SWIM_SEED_BASE", "0"))
 
 
-def _chaos_range(bounds: tuple[int, int]) -> tuple[list[str], dict[str, int]]:
-    failures: list[str] = []
-    totals: dict[str, int] = {}
-    for seed in range(*bounds):
-        chaos = Chaos(seed)
-        try:
-            chaos.run()
-        except ChaosFailure as e:
-            failures.append(str(e))
-        except Exception as e:  # a crash inside the core fails the seed too
-            failures.append(f"seed {seed}: {e!r}\nreplay: {CHAOS_REPLAY.format(seed=seed)}")
-        if len(failures) >= 3:
-            break
-        for k, v in chaos.stats.items():
-            totals[k] = totals.get(k, 0) + v
-    return failures, totals
+def _chaos_one(seed: int) -> dict[str, int]:
+    chaos = Chaos(seed)
+    chaos.run()
+    return chaos.stats
 
 
 def test_swim_chaos_many_seeds() -> None:
-    workers = min(2, os.cpu_count() or 1)
-    step = (CHAOS_SEEDS + workers - 1) // workers
-    end = CHAOS_SEED_BASE + CHAOS_SEEDS
-    ranges = [(i, min(i + step, end)) for i in range(CHAOS_SEED_BASE, end, step)]
-    if workers > 1:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
-            results = pool.map(_chaos_range, ranges)
-    else:
-        results = [_chaos_range(r) for r in ranges]
-    failures = [f for fs, _ in results for f in fs]
+    failures, totals = run_seeds(_chaos_one, CHAOS_SEED_BASE, CHAOS_SEEDS, CHAOS_REPLAY)
     assert not failures, "\n\n".join(failures[:3])
-    totals: dict[str, int] = {}
-    for _, t in results:
-        for k, v in t.items():
-            totals[k] = totals.get(k, 0) + v
     # The schedules do what they claim: pauses past the suspicion timeout get members declared
     # dead, and they come back by refuting; crashed members restart as fresh processes.
     assert totals["long_pauses"] > CHAOS_SEEDS

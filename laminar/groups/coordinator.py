@@ -53,17 +53,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from laminar.errors import InvalidRequestError, UnknownPartitionError, UnknownTopicError
-from laminar.groups.assignor import AssignorMember, assign
-from laminar.groups.errors import (
+from laminar.errors import (
     FencedMemberEpochError,
     GroupNotEmptyError,
     InvalidOffsetError,
+    InvalidRequestError,
     NotCoordinatorError,
     PartitionNotOwnedError,
     StaleMemberEpochError,
     UnknownMemberIdError,
+    UnknownPartitionError,
+    UnknownTopicError,
 )
+from laminar.groups.assignor import AssignorMember, assign
 from laminar.groups.records import (
     AssignmentKey,
     AssignmentValue,
