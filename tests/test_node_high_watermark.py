@@ -1,5 +1,6 @@
 """A follower's log and Raft state as the runtime writes them: its high watermark never covers
-bytes that are not committed on its disk, and a reset never outruns its configuration.
+bytes that are not committed on its disk, a reset never outruns its configuration, and a cut
+never outruns the durable watermark that tells a damaged log from an intact one.
 
 A follower's Raft commit moves inside ``step``, while a conflicting stale tail is cut from its
 log only when the runtime drains the group's Ready. A fetch that runs in between (any task the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from laminar.node.amnesia import Amnesia
 from laminar.node.raft_state import load_state
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
@@ -59,9 +61,17 @@ def committed_values(replica: Replica) -> list[bytes]:
     return values
 
 
-def follower(tmp_path: Path) -> tuple[MultiRaft, Replica]:
+def follower(tmp_path: Path, amnesia: Amnesia | None = None) -> tuple[MultiRaft, Replica]:
     """Replica 2 of group 7 (voters 1, 2, 3) on real files, driven by a runtime of its own."""
-    runtime = MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _replica: None)
+    runtime = MultiRaft(
+        FOLLOWER,
+        1.0,
+        lambda _peer, _messages: None,
+        lambda _replica: None,
+        before_cut=amnesia.cutting if amnesia is not None else None,
+    )
+    if amnesia is not None:
+        amnesia.opening(7, "p", tmp_path / "p")
     replica = Replica.open(
         7,
         FOLLOWER,
@@ -117,5 +127,29 @@ async def test_a_reset_is_never_on_disk_before_its_configuration(tmp_path: Path)
         assert replica.log.start_offset == 100
         _hard, on_disk = load_state(replica.directory)  # what a crash now would restart from
         assert on_disk is not None and on_disk.voters == (1, 2, 4)
+    finally:
+        await runtime.stop()
+
+
+async def test_a_raft_truncation_lowers_the_durable_watermark_first(tmp_path: Path) -> None:
+    """A new leader replaces a follower's uncommitted tail: its durable watermark must follow
+    the cut before the cut is made, or a crash before the next periodic save reopens a log
+    below its watermark, taken for lost fsynced batches (a long fault run found a group whose
+    majority was then taken for lost: it could re-admit nobody)."""
+    amnesia = Amnesia(tmp_path)
+    runtime, replica = follower(tmp_path, amnesia)
+    try:
+        runtime.step(7, append(1, 1, -1, 0, entries(1, 0, [b"a0", b"a1", b"x2", b"x3", b"x4"]), 1))
+        await asyncio.sleep(0)
+        replica.log.flush()
+        amnesia.note_durable(7, replica.log.durable_offset)
+        assert amnesia.save_watermarks()  # the periodic save: 5 offsets durable
+
+        runtime.step(7, append(3, 2, 1, 1, entries(2, 2, [b"b2"]), 2))
+        await asyncio.sleep(0)  # the drain cuts x2..x4 and appends b2
+        assert replica.log.end_offset == 3
+        restarted = Amnesia(tmp_path)  # a crash now, before any periodic save
+        restarted.opening(7, "p", tmp_path / "p")
+        assert not restarted.check_log(7, replica.log.end_offset)
     finally:
         await runtime.stop()

@@ -19,6 +19,7 @@ may have voted before the loss. See docs/ARCHITECTURE.md, "Replicas that lost st
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,6 +65,7 @@ class Amnesia:
         """The whole data directory was lost; until the new incarnation is registered."""
         self._watermarks: dict[str, int] = self._read_watermarks()
         self._saved_watermarks: dict[str, int] = dict(self._watermarks)
+        self._save_lock = threading.Lock()
         self.markers: dict[int, tuple[str, Marker]] = {}
         """group -> (replica name, marker) of every open replica."""
         self.gated: set[int] = set()
@@ -156,22 +158,37 @@ class Amnesia:
         if entry is not None and not entry[1].lost:
             self._watermarks[entry[0]] = end
 
-    def watermarks_to_save(self) -> dict[str, int] | None:
-        """The watermarks to persist, if they moved since the last save."""
-        if self._watermarks == self._saved_watermarks:
-            return None
-        self._saved_watermarks = dict(self._watermarks)
-        return self._saved_watermarks
+    def save_watermarks(self) -> bool:
+        """Persist the watermarks if they moved since the last save; True if it wrote.
 
-    def save_watermarks(self, snapshot: dict[str, int]) -> None:
-        """Persist watermarks (runs in a worker thread, about once a second).
-
+        Runs about once a second in a worker thread, and at once on the loop for a cut (see
+        ``cutting``); a lock keeps a slower, older save from landing after a newer one.
         A log that reopens shorter than its saved watermark lost batches that were fsynced,
         and maybe acknowledged: a bit flip or a cut file in the active segment, whose recovery
         cuts everything from the first bad batch on. Watermarks lag by up to a save interval;
         what the log lost after the last save goes unnoticed (see ARCHITECTURE.md)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.directory / WATERMARKS_FILE, json.dumps(snapshot).encode())
+        with self._save_lock:
+            snapshot = dict(self._watermarks)
+            if snapshot == self._saved_watermarks:
+                return False
+            self.directory.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.directory / WATERMARKS_FILE, json.dumps(snapshot).encode())
+            self._saved_watermarks = snapshot
+            return True
+
+    def cutting(self, group: int, end: int) -> None:
+        """A replica's log is about to be cut back to ``end`` on purpose (Raft replaces an
+        uncommitted tail, or resets the log): lower its watermark durably first. Otherwise a
+        crash before the next save leaves a log below its watermark, taken for lost batches;
+        and a group whose majority is taken for lost cannot re-admit anyone."""
+        entry = self.markers.get(group)
+        if entry is None or entry[1].lost:
+            return
+        name = entry[0]
+        mark = max(self._watermarks.get(name, -1), self._saved_watermarks.get(name, -1))
+        if mark > end:
+            self._watermarks[name] = end
+            self.save_watermarks()
 
     def check_log(self, group: int, end: int) -> bool:
         """Call after opening a replica's log; True (and the replica is lost) if the log ends

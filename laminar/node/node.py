@@ -60,6 +60,7 @@ class Node:
             self._leader_changed,
             on_replica_failed=lambda replica, error: self.repair.replica_failed(replica, error),
             may_campaign=self.amnesia.may_campaign,
+            before_cut=self.amnesia.cutting,
         )
         self.peers = PeerNetwork(
             self.node_id,

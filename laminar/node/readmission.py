@@ -88,9 +88,7 @@ class Readmission:
             for replica in list(self.runtime.replicas.values()):
                 if not replica.closed:
                     self.amnesia.note_durable(replica.group, replica.log.durable_offset)
-            snapshot = self.amnesia.watermarks_to_save()
-            if snapshot is not None:
-                await asyncio.to_thread(self.amnesia.save_watermarks, snapshot)
+            await asyncio.to_thread(self.amnesia.save_watermarks)
 
 
 class IdentityCheck:

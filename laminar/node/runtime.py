@@ -44,6 +44,8 @@ ReplicaFailed = Callable[[Replica, Exception], None]
 """Told once a replica was taken offline by a fault: (the closed replica, the error)."""
 MayCampaign = Callable[[int], bool]
 """Whether a group's replica may stand for election (not if it lost state, see amnesia.py)."""
+BeforeCut = Callable[[int, int], None]
+"""Told (group, new end) before the runtime cuts a replica's log back (truncation or reset)."""
 
 
 class MultiRaft:
@@ -55,6 +57,7 @@ class MultiRaft:
         on_leader_change: Callable[[Replica], None],
         on_replica_failed: ReplicaFailed | None = None,
         may_campaign: MayCampaign | None = None,
+        before_cut: BeforeCut | None = None,
     ) -> None:
         self.node_id = node_id
         self.tick_seconds = tick_seconds
@@ -63,6 +66,7 @@ class MultiRaft:
         self._on_leader_change = on_leader_change
         self._on_replica_failed = on_replica_failed
         self._may_campaign = may_campaign
+        self._before_cut = before_cut
         self._active: set[Replica] = set()
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
@@ -221,12 +225,16 @@ class MultiRaft:
                 state = replica.state_to_save()
                 if state is not None:
                     save_state(replica.directory, *state)
+                if self._before_cut is not None:
+                    self._before_cut(replica.group, ready.reset[0])
                 storage.reset(*ready.reset)
                 self._dirty.add(replica)
             if ready.entries:
                 first = ready.entries[0].index
                 if first <= storage.last_index():
                     replica.fail_waiters(NotLeaderError("entries replaced"), first)
+                    if self._before_cut is not None:
+                        self._before_cut(replica.group, first)
                 storage.append(ready.entries)
                 self._dirty.add(replica)
             if ready.conf_state is not None:
