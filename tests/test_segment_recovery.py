@@ -124,10 +124,13 @@ def test_bit_flip_in_sealed_segment_is_reported(tmp_path: Path) -> None:
         PartitionLog.open(tmp_path, CFG)
 
 
-@pytest.mark.parametrize(("at", "why"), [(500, "crc32c"), (328 + 7, "base offset")])
+@pytest.mark.parametrize(
+    ("at", "why"), [(500, "crc32c"), (328 + 7, "base offset"), (328 + 10, "stamped term")]
+)
 def test_consumer_reads_check_a_sealed_segment_once(tmp_path: Path, at: int, why: str) -> None:
     """A sealed segment opened through its index was never read by this process: fetches
-    check its batches (crc, and the offsets the crc does not cover) before serving them."""
+    check its batches (crc, and the offsets and terms the crc does not cover) before serving
+    them; replication reads and verify() check the stamped terms too."""
     stored = fill(tmp_path)
     first = segs(tmp_path)[0]
     with open(first, "r+b") as f:  # the second batch (position 328) is damaged
@@ -142,6 +145,10 @@ def test_consumer_reads_check_a_sealed_segment_once(tmp_path: Path, at: int, why
             log.read(0, 1 << 20)
         with pytest.raises(CorruptLogError, match=first.name):
             log.read(1, 1 << 20)
+        with pytest.raises(CorruptLogError, match=first.name):
+            log.batches(0, 5, 1 << 20)
+        with pytest.raises(CorruptLogError, match=first.name):
+            log.verify()
         second = log._segment_for(20)
         with log.read(second.base, 1 << 20) as rest:  # another segment: served, checked once
             assert rest.tobytes().startswith(stored[second.base])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import struct
 import threading
 import time
 from bisect import bisect_left, bisect_right
@@ -26,13 +25,19 @@ from types import TracebackType
 import crc32c
 import structlog
 
-from laminar.errors import CorruptLogError, InvalidRequestError, OffsetOutOfRangeError
+from laminar.errors import (
+    CorruptBatchError,
+    CorruptLogError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+)
 from laminar.segment.batch import (
     CRC_START,
     HEADER_SIZE,
     STAMP,
     BatchHeader,
     check_batch,
+    read_header,
 )
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
@@ -46,7 +51,6 @@ _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _NO_LIMIT = 1 << 63
 LOCK_NAME = ".lock"
 MAX_OPEN_SEALED = 8  # sealed segments per log that keep their data file open
-_LENGTH_CRC = struct.Struct("<iI")
 
 
 @dataclass
@@ -402,20 +406,7 @@ class PartitionLog:
                 break
             length, nxt = seg.extent(first, remaining, _NO_LIMIT, end)
             data = memoryview(pread_exact(seg.data.fd, length, pos, seg.log_path))
-            at = 0
-            while at < length:
-                size, stored = _LENGTH_CRC.unpack_from(data, at + 16)
-                if size < HEADER_SIZE or at + size > length:
-                    raise CorruptLogError(
-                        f"{seg.log_path}: bad batch length {size} at position {pos + at}"
-                    )
-                one = data[at : at + size]
-                if crc32c.crc32c(one[CRC_START:]) != stored:
-                    raise CorruptLogError(
-                        f"{seg.log_path}: corrupt batch at position {pos + at}: crc32c mismatch"
-                    )
-                out.append(one)
-                at += size
+            out += _checked_batches(seg, data, pos, first[1])
             remaining -= length
             cur = nxt
             if remaining <= 0:
@@ -460,9 +451,9 @@ class PartitionLog:
         self._cut(i, pos, offset)
 
     def cut_at_damage(self) -> int | None:
-        """Crc-check every batch of every segment (sealed ones too, which opening trusts) and
-        cut the log before the first damaged one; durable on return. Returns the offset the
-        log now ends at, or None if nothing was damaged."""
+        """Check every batch of every segment (crc, offsets and terms; sealed ones too, which
+        opening trusts) and cut the log before the first damaged one; durable on return.
+        Returns the offset the log now ends at, or None if nothing was damaged."""
         self._check_open()
         for i, seg in enumerate(self._segments):
             reached = [seg.base]
@@ -470,7 +461,7 @@ class PartitionLog:
             def on_batch(_pos: int, h: BatchHeader, reached: list[int] = reached) -> None:
                 reached[0] = h.next_offset
 
-            stop, reason = seg.scan(0, seg.base, seg.size, on_batch)
+            stop, reason = seg.scan(0, seg.base, seg.size, on_batch, check_terms=True)
             if reason is None:
                 continue
             log.error(
@@ -653,9 +644,40 @@ def _verify_segment(seg: Segment) -> int:
                 )
             seen += 1
 
-    stop, reason = seg.scan(0, seg.base, seg.size, on_batch)
+    stop, reason = seg.scan(0, seg.base, seg.size, on_batch, check_terms=True)
     if reason is not None:
         raise CorruptLogError(f"{seg.log_path}: corrupt batch at position {stop}: {reason}")
     if seen != len(entries):
         raise CorruptLogError(f"{seg.index_path}: entries point between batches")
     return count
+
+
+def _checked_batches(seg: Segment, data: memoryview, pos: int, offset: int) -> list[memoryview]:
+    """Split whole batches read at ``pos`` (the first holding ``offset``), checking what a
+    replica must never pass on damaged: length, crc32c, and the offsets and term stamped
+    outside the crc."""
+    out: list[memoryview] = []
+    at = 0
+    while at < len(data):
+        try:
+            h = read_header(data, at)
+        except CorruptBatchError as exc:
+            raise CorruptLogError(
+                f"{seg.log_path}: bad batch at position {pos + at}: {exc}"
+            ) from None
+        size = h.batch_length
+        why = None
+        if at + size > len(data):
+            why = f"bad batch length {size}"
+        elif h.base_offset != offset:
+            why = f"batch base offset {h.base_offset}, expected {offset}"
+        elif crc32c.crc32c(data[at + CRC_START : at + size]) != h.crc:
+            why = "crc32c mismatch"
+        else:
+            why = seg.term_mismatch(pos + at, h.term)
+        if why:
+            raise CorruptLogError(f"{seg.log_path}: corrupt batch at position {pos + at}: {why}")
+        out.append(data[at : at + size])
+        offset = h.next_offset
+        at += size
+    return out

@@ -440,6 +440,19 @@ class Segment:
             cur, nxt = p + b_len, b_last + 1
         return cur - pos, nxt
 
+    def term_mismatch(self, pos: int, term: int) -> str | None:
+        """Why the batch at ``pos`` stamped ``term`` contradicts the offset index, if it does.
+
+        The index holds an entry at every term change, so it names each batch's term. The
+        stamp lies outside the batch's crc32c (the leader writes it after the producer sealed
+        the batch): a flipped bit there is caught only this way, and a replica must not serve
+        or replicate a wrong term. Only for a complete index (not while one is rebuilt)."""
+        idx = self.idx
+        k = bisect_right(idx.positions, pos) - 1
+        if k >= 0 and idx.terms[k] != term:
+            return f"batch at position {pos} is stamped term {term}, its index says {idx.terms[k]}"
+        return None
+
     def check_read(self, pos: int, offset: int, length: int) -> None:
         """Check the batches among ``length`` bytes from batch ``pos`` (holding ``offset``)
         that this process never checked (crc, contiguous offsets) before they are served;
@@ -455,7 +468,7 @@ class Segment:
         def on_batch(_pos: int, h: BatchHeader) -> None:
             reached[0] = h.next_offset
 
-        bad, reason = self.scan(start, expected, stop, on_batch)
+        bad, reason = self.scan(start, expected, stop, on_batch, check_terms=True)
         if reason is not None:
             raise CorruptLogError(f"{self.log_path}: corrupt batch at position {bad}: {reason}")
         if start == lo:
@@ -467,8 +480,11 @@ class Segment:
         expected: int,
         limit: int,
         on_batch: Callable[[int, BatchHeader], None],
+        *,
+        check_terms: bool = False,
     ) -> tuple[int, str | None]:
-        """Verify whole batches (crc, contiguous offsets) from pos to limit.
+        """Verify whole batches (crc, contiguous offsets, with ``check_terms`` also their
+        terms against the index, which must then be complete) from pos to limit.
 
         Returns (position reached, None) or (position of the first bad batch, reason).
         """
@@ -498,6 +514,8 @@ class Segment:
                 return pos, str(exc)
             if h.base_offset != expected:
                 return pos, f"batch base offset {h.base_offset}, expected {expected}"
+            if check_terms and (why := self.term_mismatch(pos, h.term)):
+                return pos, why
             on_batch(pos, h)
             expected = h.next_offset
             pos += n
