@@ -419,13 +419,19 @@ class FaultRun:
         self.note(f"recovered in {time.monotonic() - begun:.1f}s")
 
     async def replicas_not_serving(self, deadline: float) -> list[str]:
-        """Wait until every replica of every partition answers a fetch; those that did not."""
+        """Wait until every replica of every partition answers a fetch and none is offline or
+        awaiting re-admission (so the next cycle's data loss hits a minority, as it must for
+        Raft to heal without an operator); those that did not."""
         problems = ["no answer yet"]
         while problems and time.monotonic() < deadline:
             problems = []
             try:
                 async with Admin(self._cluster.bootstrap, request_timeout_ms=3_000) as admin:
                     description = await admin.describe_topic(TOPIC)
+                    status = await admin.cluster_status()
+                problems += [
+                    f"{f.topic}/{f.partition}@node{f.node_id}: {f.state}" for f in status.faults
+                ]
                 consumer = Consumer(self._cluster.bootstrap, request_timeout_ms=3_000)
                 await consumer.start()
             except (LaminarError, ConnectionError, TimeoutError) as exc:
