@@ -666,7 +666,6 @@ def _checked_batches(seg: Segment, data: memoryview, pos: int, offset: int) -> l
                 f"{seg.log_path}: bad batch at position {pos + at}: {exc}"
             ) from None
         size = h.batch_length
-        why = None
         if at + size > len(data):
             why = f"bad batch length {size}"
         elif h.base_offset != offset:
