@@ -29,6 +29,16 @@ struct Request {
     listOffsets @7 :ListOffsetsRequest;
     clusterStatus @8 :Void;
     drainNode @9 :UInt32;     # move every replica off this node (decommission)
+    # Consumer groups: sent to the group's coordinator, the leader of partition
+    # crc32c(group) % N of the internal topic __consumer_offsets (any node creates that topic
+    # on first use); another node answers NotLeader naming it.
+    groupHeartbeat @10 :GroupHeartbeatRequest;
+    leaveGroup @11 :LeaveGroupRequest;
+    commitOffsets @12 :CommitOffsetsRequest;
+    fetchOffsets @13 :FetchOffsetsRequest;
+    listGroups @14 :Void;     # sent to every node: each answers the groups it coordinates
+    describeGroup @15 :Text;
+    deleteGroup @16 :Text;    # only a group with no members; its offsets go with it
   }
 }
 
@@ -43,6 +53,10 @@ struct Response {
     fetch @6 :FetchResponse;
     listOffsets @7 :ListOffsetsResponse;
     clusterStatus @8 :ClusterStatus;
+    groupHeartbeat @9 :GroupHeartbeatResponse;
+    offsets @10 :CommittedOffsets;
+    groups @11 :GroupList;
+    group @12 :GroupDescription;
   }
 }
 
@@ -207,4 +221,96 @@ struct ClusterStatus {
   metadataLeader @2 :UInt32;
   moves @3 :List(Move);
   faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or lost state
+}
+
+# ---------------------------------------------------------------------------- consumer groups
+# See laminar/groups/coordinator.py for the protocol (KIP-848 style: the coordinator computes
+# assignments; a member only ever gives up what it is told to and is given a partition only
+# once nobody else owns it; member epochs fence zombies).
+
+struct GroupPartition {
+  topic @0 :Text;
+  partition @1 :UInt32;
+}
+
+struct GroupHeartbeatRequest {
+  group @0 :Text;
+  memberId @1 :Text;          # chosen by the client, new for every incarnation
+  memberEpoch @2 :Int32;      # 0 joins; afterwards the epoch of the last reply
+  instanceId @3 :Text;        # static membership (KIP-345); empty: dynamic member
+  rack @4 :Text;
+  rebalanceTimeoutMs @5 :UInt32;
+  topics @6 :List(Text);      # subscribed topics
+  owned @7 :List(GroupPartition);  # partitions the member still owns
+}
+
+struct GroupHeartbeatResponse {
+  memberId @0 :Text;
+  memberEpoch @1 :Int32;
+  heartbeatIntervalMs @2 :UInt32;
+  sessionTimeoutMs @3 :UInt32;
+  assignment @4 :List(GroupPartition);  # what the member may own now; drop anything else
+}
+
+struct LeaveGroupRequest {
+  group @0 :Text;
+  memberId @1 :Text;
+  memberEpoch @2 :Int32;
+  keepAssignment @3 :Bool;    # a static member leaving for a restart: keep its partitions
+}
+
+struct CommittedOffset {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  offset @2 :Int64;           # the next offset to read
+  metadata @3 :Text;
+  commitMs @4 :Int64;         # replies only
+}
+
+struct CommitOffsetsRequest {
+  group @0 :Text;
+  memberId @1 :Text;          # "" with memberEpoch -1: from outside the group (admin, Spark),
+  memberEpoch @2 :Int32;      # only while the group has no members
+  offsets @3 :List(CommittedOffset);
+}
+
+struct FetchOffsetsRequest {
+  group @0 :Text;
+  partitions @1 :List(GroupPartition);  # empty: every committed offset of the group
+}
+
+struct CommittedOffsets {
+  offsets @0 :List(CommittedOffset);
+}
+
+struct GroupSummary {
+  group @0 :Text;
+  state @1 :Text;             # empty, reconciling, stable
+  members @2 :UInt32;
+  coordinator @3 :UInt32;
+}
+
+struct GroupList {
+  groups @0 :List(GroupSummary);
+}
+
+struct GroupMember {
+  memberId @0 :Text;
+  instanceId @1 :Text;
+  rack @2 :Text;
+  memberEpoch @3 :Int32;
+  topics @4 :List(Text);
+  assigned @5 :List(GroupPartition);   # owned now
+  revoking @6 :List(GroupPartition);   # still to be given up
+  target @7 :List(GroupPartition);     # where the group is heading
+  fenced @8 :Bool;
+}
+
+struct GroupDescription {
+  group @0 :Text;
+  state @1 :Text;
+  epoch @2 :Int32;
+  coordinator @3 :UInt32;
+  members @4 :List(GroupMember);
+  offsets @5 :List(CommittedOffset);
 }
