@@ -108,7 +108,8 @@ class ShardDriver:
     async def call(self, request: Callable[[Coordinator, int], Reply[T]], timeout: float) -> T:
         """Run ``request(coordinator, now_ms)``; its typed errors are raised at once, its value
         is returned once everything it may depend on is durable."""
-        await asyncio.wait_for(asyncio.shield(self._loaded), timeout)
+        if not self._loaded.done():
+            await asyncio.wait_for(asyncio.shield(self._loaded), timeout)
         coordinator = self._coordinator()
         reply = request(coordinator, self._now_ms())
         self._schedule_append()
@@ -116,7 +117,8 @@ class ShardDriver:
             return reply.value
         future = asyncio.get_running_loop().create_future()
         self._releases.append((reply.after, future))
-        await asyncio.wait_for(future, timeout)
+        # No timeout of its own: the entry commits, or leadership ends and ``end`` fails it.
+        await future
         return reply.value
 
     def tick(self) -> None:
