@@ -6,6 +6,7 @@ the members and the times involved, so a failing test says what went wrong where
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -178,7 +179,7 @@ def overlapping_owners(history: History) -> list[str]:
     """Check 1: no two members own a partition at the same time."""
     out = []
     for p, spans in sorted(history.intervals.items()):
-        for a, b in zip(spans, spans[1:], strict=False):
+        for a, b in itertools.pairwise(spans):
             if a.end > b.start:
                 out.append(f"p{p}: {a} overlaps {b} by {a.end - b.start:.3f}s")
     return out

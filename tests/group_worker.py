@@ -28,11 +28,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import structlog
 
 from laminar.client import Consumer, TopicPartition
 from laminar.errors import LaminarError
@@ -142,6 +145,8 @@ def main() -> None:
     parser.add_argument("log")
     parser.add_argument("--instance", default=None)
     parser.add_argument("--wait-go", action="store_true")
+    # The client logs retries at debug level; the worker's output file only needs warnings.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     asyncio.run(Worker(parser.parse_args()).run())
 
 

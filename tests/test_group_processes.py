@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -33,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.client import Admin, Producer, TopicPartition
+from laminar.client import Admin, Producer
 from laminar.client.cluster import Cluster
 from laminar.client.groups import GroupClient
 from laminar.client.localcluster import _die_with_parent
@@ -364,202 +365,227 @@ async def test_group_of_processes_under_kills_joins_and_coordinator_loss(tmp_pat
         await poller.start()
         for name, instance in (("static", "static-1"), ("a", None), ("b", None)):
             workers.start(name, instance)
-        names = ["static", "a", "b"]
         took = await wait_until(
-            lambda: balanced(workers.owned(), names, partitions),
+            lambda: balanced(workers.owned(), ["static", "a", "b"], partitions),
             30,
             "3 balanced members",
             workers.explain,
         )
         say(f"3 members balanced after {took:.2f}s: {workers.owned()}")
-
-        # 2. SIGKILL a member: its partitions are consumed by others within session + 1 s.
-        await asyncio.sleep(1.0)
-        victim = set(workers.owned()["a"])
-        killed = workers.kill("a")
-        others = ["static", "b"]
-
-        def resumed_at() -> dict[int, float]:
-            firsts: dict[int, float] = {}
-            for name in others:
-                events = workers.events(name)
-                for p in victim:
-                    times = processed_times(events, p, killed)
-                    if times:
-                        firsts[p] = min(firsts.get(p, times[0]), times[0])
-            return firsts
-
-        await wait_until(
-            lambda: set(resumed_at()) == victim,
-            SESSION + 8,
-            f"partitions {sorted(victim)} of killed member a to be consumed again",
-            lambda: workers.explain(killed),
-        )
-        delays = {p: round(t - killed, 3) for p, t in sorted(resumed_at().items())}
-        say(f"after SIGKILL of a, its partitions were consumed again after {delays}")
-        assert max(delays.values()) <= SESSION + 1.0, (
-            f"partitions of the killed member took {delays}s (> {SESSION + 1}s)\n"
-            f"{workers.explain(killed)}"
-        )
-        await wait_until(
-            lambda: balanced(workers.owned(), others, partitions),
-            10,
-            "2 balanced members",
-            lambda: workers.explain(killed),
-        )
-
-        # 3. A new member joins: the others only give partitions up, and keep the rest.
-        before = workers.owned()
-        joined = time.time()
-        workers.start("c")
-        names = ["static", "b", "c"]
-        took = await wait_until(
-            lambda: balanced(workers.owned(), names, partitions),
-            20,
-            "3 balanced members after c joined",
-            lambda: workers.explain(joined),
-        )
-        settled = time.time()
-        after = workers.owned()
-        say(f"c joined, balanced after {took:.2f}s: {after}")
-        moved = 0
-        for name in others:
-            events = [e for e in workers.events(name) if e["t"] > joined]
-            changes = [e for e in events if e["ev"] in ("assigned", "lost", "revoked")]
-            revoked = {p for e in changes if e["ev"] == "revoked" for p in e["tps"]}
-            moved += len(revoked)
-            assert all(e["ev"] == "revoked" for e in changes), (
-                f"{name} got {changes} while c joined (only revocations expected)\n"
-                f"{workers.explain(joined)}"
-            )
-            assert not revoked & after[name], (
-                f"{name} had {sorted(revoked & after[name])} revoked yet owns them at the end"
-            )
-            assert after[name] == before[name] - revoked, (name, before[name], revoked, after[name])
-        assert moved == len(after["c"]), f"{moved} partitions revoked for {len(after['c'])} moved"
-        gaps = {}
-        for name in others:
-            events = workers.events(name)
-            for p in after[name]:
-                times = [joined, *processed_times(events, p, joined - 2.0), settled]
-                times = sorted(t for t in times if joined - 2.0 <= t <= settled)
-                gaps[p] = round(max(b - a for a, b in zip(times, times[1:], strict=False)), 3)
-        say(f"kept partitions' longest gap between processed batches during the join: {gaps}")
-
-        # 4. SIGKILL the coordinator's node: the group carries on, commits never go back.
-        await asyncio.sleep(1.0)
-        coordinator = await poller.coordinator()
-        committed_before = dict(poller.latest())
-        node_killed = time.time()
-        cluster.kill(coordinator)
-        say(f"killed node {coordinator} (the group's coordinator)")
-
-        def consumed_since(t0: float) -> set[int]:
-            out = set()
-            for name in names:
-                for e in workers.events(name):
-                    if e["ev"] == "records" and e["t"] > t0:
-                        out.update(r[0] for r in e["recs"])
-            return out
-
-        took = await wait_until(
-            lambda: consumed_since(node_killed + 0.5) == set(range(partitions)),
-            30,
-            "every partition to be consumed after the coordinator's node died",
-            lambda: workers.explain(node_killed),
-        )
-        say(f"every partition consumed again {took:.2f}s after the node kill")
-        took = await wait_until(
-            lambda: all(
-                poller.latest().get(p, -1) > committed_before.get(p, -1) for p in range(partitions)
-            ),
-            30,
-            "every partition's committed offset to move past its value at the node kill",
-            lambda: (
-                f"before {committed_before}\nnow {poller.latest()}\n{workers.explain(node_killed)}"
-            ),
-        )
-        say(
-            f"commits advanced on every partition {took:.2f}s after the node kill (new coordinator {await poller.coordinator()})"
-        )
-        await wait_until(
-            lambda: balanced(workers.owned(), names, partitions),
-            20,
-            "3 balanced members after the node kill",
-            lambda: workers.explain(node_killed),
-        )
-
-        # 6. A static member killed and started again within the session timeout.
-        workers.start("static2", "static-1", wait_go=True)
-        await asyncio.sleep(2.0)  # let it import and connect; it joins on SIGUSR2
-        await wait_until(
-            lambda: balanced(workers.owned(), names, partitions),
-            20,
-            "3 balanced members before the static restart",
-            lambda: workers.explain(node_killed),
-        )
-        static_owned = workers.owned()["static"]
-        others_before = {n: workers.owned()[n] for n in ("b", "c")}
-        static_killed = workers.kill("static")
-        workers.signal("static2", signal.SIGUSR2)
-
-        def static_back() -> bool:
-            return owned_now(workers.events("static2")) == static_owned
-
-        took = await wait_until(
-            static_back,
-            SESSION + 5,
-            f"the restarted static member to get {sorted(static_owned)} back",
-            lambda: workers.explain(static_killed),
-        )
-        say(f"static member restarted: its partitions back {took:.2f}s after the kill")
-        await asyncio.sleep(SESSION + 1.0)  # past the old incarnation's session: still no change
-        changes = [
-            (n, e)
-            for n in ("b", "c")
-            for e in workers.events(n)
-            if e["t"] > static_killed and e["ev"] in ("assigned", "revoked", "lost")
-        ]
-        assert not changes, (
-            f"others' assignment changed: {changes}\n{workers.explain(static_killed)}"
-        )
-        static2 = [
-            e for e in workers.events("static2") if e["ev"] in ("assigned", "revoked", "lost")
-        ]
-        assert [e["ev"] for e in static2] == ["assigned"] and set(
-            static2[0]["tps"]
-        ) == static_owned, (
-            f"restarted static member: {static2}, expected one assignment of {sorted(static_owned)}"
-        )
-        assert {n: workers.owned()[n] for n in ("b", "c")} == others_before
-
-        # 5. Stop producing, let the members drain, stop them cleanly; then the whole history.
-        await feed.stop()
-        took = await wait_until(
-            lambda: drained(workers, feed),
-            30,
-            "members to process every acknowledged record",
-            workers.explain,
-        )
-        say(f"drained {took:.2f}s after the producer stopped")
-        await asyncio.sleep(0.5)
-        problems = await workers.terminate(15)
-        assert not problems, problems
-        await asyncio.sleep(0.5)  # a last offset sample after the final commits
+        await member_killed(workers, "a", ["static", "b"], partitions)
+        await member_joins(workers, "c", ["static", "b"], partitions)
+        members = ["static", "b", "c"]
+        await coordinator_killed(cluster, workers, poller, members, partitions)
+        await static_member_restarted(workers, "static", "static-1", ["b", "c"], partitions)
+        await drain_and_stop(workers, feed)
         history = final_checks(workers, feed, poller)
         final = poller.latest()
-        ends = {}
+        ends: dict[int, int] = {}
         for p, offset in feed.acked.values():
             ends[p] = max(ends.get(p, 0), offset + 1)
         short = {p: (final.get(p), end) for p, end in ends.items() if final.get(p, -1) < end}
         assert not short, f"final committed offsets short of the last records: {short}"
-        lost = sum(1 for spans in history.intervals.values() for i in spans if i.how == "lost")
-        say(f"ownership intervals: {sum(len(s) for s in history.intervals.values())}, lost {lost}")
+        spans = [i for s in history.intervals.values() for i in s]
+        hows = {how: sum(1 for i in spans if i.how == how) for how in {i.how for i in spans}}
+        say(f"ownership intervals by how they ended: {hows}")
     finally:
         workers.stop_all()
         await feed.close()
         await poller.close()
         cluster.stop()
+
+
+async def member_killed(workers: Workers, victim: str, others: list[str], partitions: int) -> None:
+    """Check 2: a SIGKILLed member's partitions are consumed by the others within the session
+    timeout + 1 s."""
+    await asyncio.sleep(1.0)
+    theirs = set(workers.owned()[victim])
+    killed = workers.kill(victim)
+
+    def resumed_at() -> dict[int, float]:
+        firsts: dict[int, float] = {}
+        for name in others:
+            events = workers.events(name)
+            for p in theirs:
+                times = processed_times(events, p, killed)
+                if times:
+                    firsts[p] = min(firsts.get(p, times[0]), times[0])
+        return firsts
+
+    await wait_until(
+        lambda: set(resumed_at()) == theirs,
+        SESSION + 8,
+        f"partitions {sorted(theirs)} of killed member {victim} to be consumed again",
+        lambda: workers.explain(killed),
+    )
+    delays = {p: round(t - killed, 3) for p, t in sorted(resumed_at().items())}
+    say(f"after SIGKILL of {victim}, its partitions were consumed again after {delays}")
+    assert max(delays.values()) <= SESSION + 1.0, (
+        f"partitions of the killed member took {delays}s (> {SESSION + 1}s)\n"
+        f"{workers.explain(killed)}"
+    )
+    await wait_until(
+        lambda: balanced(workers.owned(), others, partitions),
+        10,
+        f"{others} balanced",
+        lambda: workers.explain(killed),
+    )
+
+
+async def member_joins(workers: Workers, new: str, others: list[str], partitions: int) -> None:
+    """Check 3: partitions move to a joining member incrementally; the others are only asked
+    to give some up, keep the rest, and keep consuming those."""
+    before = workers.owned()
+    joined = time.time()
+    workers.start(new)
+    took = await wait_until(
+        lambda: balanced(workers.owned(), [*others, new], partitions),
+        20,
+        f"{new} to join and the group to balance",
+        lambda: workers.explain(joined),
+    )
+    settled = time.time()
+    after = workers.owned()
+    say(f"{new} joined, balanced after {took:.2f}s: {after}")
+    moved = 0
+    for name in others:
+        events = [e for e in workers.events(name) if e["t"] > joined]
+        changes = [e for e in events if e["ev"] in ("assigned", "lost", "revoked")]
+        revoked = {p for e in changes if e["ev"] == "revoked" for p in e["tps"]}
+        moved += len(revoked)
+        assert all(e["ev"] == "revoked" for e in changes), (
+            f"{name} got {changes} while {new} joined (only revocations expected)\n"
+            f"{workers.explain(joined)}"
+        )
+        assert not revoked & after[name], (
+            f"{name} had {sorted(revoked & after[name])} revoked yet owns them at the end"
+        )
+        assert after[name] == before[name] - revoked, (name, before[name], revoked, after[name])
+    assert moved == len(after[new]), f"{moved} partitions revoked for {len(after[new])} moved"
+    gaps = {}
+    for name in others:
+        events = workers.events(name)
+        for p in after[name]:
+            times = sorted(
+                t for t in {joined, settled, *processed_times(events, p, joined)} if t <= settled
+            )
+            gaps[p] = round(max(b - a for a, b in itertools.pairwise(times)), 3)
+    say(f"kept partitions' longest wait for a processed batch during the join: {gaps}")
+
+
+async def coordinator_killed(
+    cluster: ClusterHandle,
+    workers: Workers,
+    poller: OffsetPoller,
+    members: list[str],
+    partitions: int,
+) -> None:
+    """Check 4: with the coordinator's node SIGKILLed, every partition is consumed and
+    committed further (the poller checks at the end that no committed offset went back)."""
+    await asyncio.sleep(1.0)
+    coordinator = await poller.coordinator()
+    committed_before = dict(poller.latest())
+    node_killed = time.time()
+    cluster.kill(coordinator)
+    say(f"killed node {coordinator}, the group's coordinator")
+
+    def consumed_since(t0: float) -> set[int]:
+        out = set()
+        for name in members:
+            for e in workers.events(name):
+                if e["ev"] == "records" and e["t"] > t0:
+                    out.update(r[0] for r in e["recs"])
+        return out
+
+    await wait_until(
+        lambda: consumed_since(node_killed + 0.5) == set(range(partitions)),
+        30,
+        "every partition to be consumed after the coordinator's node died",
+        lambda: workers.explain(node_killed),
+    )
+    say(f"every partition consumed again {time.time() - node_killed:.2f}s after the node kill")
+    await wait_until(
+        lambda: all(
+            poller.latest().get(p, -1) > committed_before.get(p, -1) for p in range(partitions)
+        ),
+        30,
+        "every partition's committed offset to move past its value at the node kill",
+        lambda: f"before {committed_before}\nnow {poller.latest()}\n{workers.explain(node_killed)}",
+    )
+    new_coordinator = await poller.coordinator()
+    say(
+        f"commits advanced on every partition {time.time() - node_killed:.2f}s after the node "
+        f"kill (new coordinator: node {new_coordinator})"
+    )
+    assert new_coordinator != coordinator
+    await wait_until(
+        lambda: balanced(workers.owned(), members, partitions),
+        20,
+        "the members balanced after the node kill",
+        lambda: workers.explain(node_killed),
+    )
+
+
+async def static_member_restarted(
+    workers: Workers, name: str, instance: str, others: list[str], partitions: int
+) -> None:
+    """Check 6: a static member SIGKILLed and started again within the session timeout gets
+    its partitions back, and no other member's assignment changes (not even once the old
+    incarnation's session would have run out)."""
+    successor = f"{name}2"
+    workers.start(successor, instance, wait_go=True)
+    await asyncio.sleep(2.0)  # let it import and connect; it joins on SIGUSR2
+    await wait_until(
+        lambda: balanced(workers.owned(), [name, *others], partitions),
+        20,
+        "the members balanced before the static restart",
+        workers.explain,
+    )
+    owned = workers.owned()
+    theirs, others_before = owned[name], {n: owned[n] for n in others}
+    killed = workers.kill(name)
+    workers.signal(successor, signal.SIGUSR2)
+    took = await wait_until(
+        lambda: owned_now(workers.events(successor)) == theirs,
+        SESSION + 5,
+        f"the restarted static member to get {sorted(theirs)} back",
+        lambda: workers.explain(killed),
+    )
+    ready = next(e["t"] for e in workers.events(successor) if e["ev"] == "ready")
+    say(
+        f"static member restarted: joining {ready - killed:.2f}s after the kill, its partitions "
+        f"back {took:.2f}s after the kill"
+    )
+    await asyncio.sleep(SESSION + 1.0)  # past the old incarnation's session: still no change
+    changes = [
+        (n, e)
+        for n in others
+        for e in workers.events(n)
+        if e["t"] > killed and e["ev"] in ("assigned", "revoked", "lost")
+    ]
+    assert not changes, f"others' assignment changed: {changes}\n{workers.explain(killed)}"
+    mine = [e for e in workers.events(successor) if e["ev"] in ("assigned", "revoked", "lost")]
+    assert [e["ev"] for e in mine] == ["assigned"] and set(mine[0]["tps"]) == theirs, (
+        f"restarted static member: {mine}, expected one assignment of {sorted(theirs)}"
+    )
+    assert {n: workers.owned()[n] for n in others} == others_before
+
+
+async def drain_and_stop(workers: Workers, feed: Feed) -> None:
+    """Stop producing, let the members process everything, SIGTERM them (they commit in
+    their revoke listener and leave)."""
+    await feed.stop()
+    took = await wait_until(
+        lambda: drained(workers, feed),
+        30,
+        "members to process every acknowledged record",
+        workers.explain,
+    )
+    say(f"drained {took:.2f}s after the producer stopped")
+    await asyncio.sleep(0.5)
+    problems = await workers.terminate(15)
+    assert not problems, problems
+    await asyncio.sleep(0.5)  # a last offset sample after the final commits
 
 
 async def test_a_paused_member_is_fenced(tmp_path: Path) -> None:
@@ -574,81 +600,14 @@ async def test_a_paused_member_is_fenced(tmp_path: Path) -> None:
         await poller.start()
         workers.start("zombie")
         workers.start("b")
-        names = ["zombie", "b"]
         await wait_until(
-            lambda: balanced(workers.owned(), names, partitions), 30, "2 members", workers.explain
+            lambda: balanced(workers.owned(), ["zombie", "b"], partitions),
+            30,
+            "2 balanced members",
+            workers.explain,
         )
-        pid = workers.procs["zombie"].pid
-        for round_ in ("self-stop with a processed batch in hand", "external SIGSTOP"):
-            await asyncio.sleep(1.0)
-            old = workers.owned()["zombie"]
-            if round_.startswith("self"):
-                workers.signal("zombie", signal.SIGUSR1)  # it stops itself after its next batch
-            else:
-                workers.signal("zombie", signal.SIGSTOP)
-            await wait_until(lambda: stopped(pid), 10, "the member to stop", workers.explain)
-            paused = time.time()
-            if round_.startswith("self"):
-                pausing = [e for e in workers.events("zombie") if e["ev"] == "pausing"]
-                paused = pausing[-1]["t"]
-            took = await wait_until(
-                lambda: (
-                    owned_now(workers.events("b")) == set(range(partitions))
-                    and all(processed_times(workers.events("b"), p, paused) for p in old)
-                ),
-                SESSION + 8,
-                "b to own and consume every partition",
-                lambda: workers.explain(paused),
-            )
-            say(f"{round_}: b consumed the paused member's partitions {took:.2f}s after the pause")
-            await asyncio.sleep(max(0.0, paused + SESSION + 1.0 - time.time()))
-            resumed = time.time()
-            workers.signal("zombie", signal.SIGCONT)
-            workers.pauses.setdefault("zombie", []).append((paused, resumed))
-            took = await wait_until(
-                lambda: balanced(workers.owned(), names, partitions),
-                20,
-                "the resumed member to be assigned again",
-                lambda: workers.explain(paused),
-            )
-            events = [e for e in workers.events("zombie") if e["t"] >= resumed]
-            say(f"{round_}: resumed member balanced again {took:.2f}s later: {workers.owned()}")
-            # It reads nothing of its old partitions until assigned again.
-            reassigned: set[int] = set()
-            for e in events:
-                if e["ev"] == "assigned":
-                    reassigned |= set(e["tps"])
-                if e["ev"] == "records":
-                    early = {r[0] for r in e["recs"] if r[0] in old and r[0] not in reassigned}
-                    assert not early, f"resumed member processed {early} before re-assignment: {e}"
-            # Its commits fail (typed) until it is assigned again; or it noticed the loss first.
-            first_assigned = next((e["t"] for e in events if e["ev"] == "assigned"), float("inf"))
-            commits = [e for e in events if e["ev"] == "commit" and e["t"] < first_assigned]
-            lost = [e for e in events if e["ev"] == "lost"]
-            assert lost or commits, (
-                f"resumed member neither lost its partitions nor committed: {events}"
-            )
-            bad = [e for e in commits if e["ok"]]
-            assert not bad, f"the resumed zombie committed: {bad}"
-            errors = {e["error"] for e in commits}
-            assert errors <= {"FencedMemberEpochError", "UnknownMemberIdError"}, errors
-            say(
-                f"{round_}: zombie commits after resume: {[(e['error'], e['offsets']) for e in commits]}, lost events {[e['tps'] for e in lost]}"
-            )
-            # The group's committed offsets moved only by commits the owners made.
-            allowed = ok_commits(workers.events("b"))
-            for p, offs in ok_commits(workers.events("zombie"), after=first_assigned).items():
-                allowed[p] |= offs
-            for t, offsets in poller.samples:
-                if t <= resumed:
-                    continue
-                stray = {p: o for p, o in offsets.items() if p in old and o not in allowed[p]}
-                before = [s for s in poller.samples if s[0] <= resumed]
-                prior = before[-1][1] if before else {}
-                stray = {p: o for p, o in stray.items() if prior.get(p) != o}
-                assert not stray, (
-                    f"committed offsets {stray} at {t:.3f} were not committed by an owner"
-                )
+        await pause_and_resume(workers, poller, partitions, self_stop=True)
+        await pause_and_resume(workers, poller, partitions, self_stop=False)
         await feed.stop()
         await wait_until(lambda: drained(workers, feed), 30, "members to drain", workers.explain)
         problems = await workers.terminate(15)
@@ -660,3 +619,76 @@ async def test_a_paused_member_is_fenced(tmp_path: Path) -> None:
         await feed.close()
         await poller.close()
         cluster.stop()
+
+
+async def pause_and_resume(
+    workers: Workers, poller: OffsetPoller, partitions: int, *, self_stop: bool
+) -> None:
+    """Stop "zombie" past its session timeout (with SIGSTOP: sent by itself right after it
+    processed a batch it has not committed yet, or by the test at any moment), wait until "b"
+    consumes everything, resume it, and check what it does next."""
+    what = "self-stop with a batch in hand" if self_stop else "external SIGSTOP"
+    pid = workers.procs["zombie"].pid
+    await asyncio.sleep(1.0)
+    old = workers.owned()["zombie"]
+    workers.signal("zombie", signal.SIGUSR1 if self_stop else signal.SIGSTOP)
+    await wait_until(lambda: stopped(pid), 10, "the member to stop", workers.explain)
+    paused = time.time()
+    if self_stop:
+        paused = [e for e in workers.events("zombie") if e["ev"] == "pausing"][-1]["t"]
+    took = await wait_until(
+        lambda: (
+            owned_now(workers.events("b")) == set(range(partitions))
+            and all(processed_times(workers.events("b"), p, paused) for p in old)
+        ),
+        SESSION + 8,
+        "b to own and consume every partition",
+        lambda: workers.explain(paused),
+    )
+    say(f"{what}: b consumed the paused member's partitions {took:.2f}s after the pause")
+    await asyncio.sleep(max(0.0, paused + SESSION + 1.0 - time.time()))
+    resumed = time.time()
+    workers.signal("zombie", signal.SIGCONT)
+    workers.pauses.setdefault("zombie", []).append((paused, resumed))
+    took = await wait_until(
+        lambda: balanced(workers.owned(), ["zombie", "b"], partitions),
+        20,
+        "the resumed member to be assigned again",
+        lambda: workers.explain(paused),
+    )
+    events = [e for e in workers.events("zombie") if e["t"] >= resumed]
+    say(f"{what}: balanced again {took:.2f}s after the resume: {workers.owned()}")
+    # It reads nothing of its old partitions until assigned again.
+    reassigned: set[int] = set()
+    for e in events:
+        if e["ev"] == "assigned":
+            reassigned |= set(e["tps"])
+        if e["ev"] == "records":
+            early = {r[0] for r in e["recs"] if r[0] in old and r[0] not in reassigned}
+            assert not early, f"resumed member processed {early} before re-assignment: {e}"
+    # Its commits fail (typed) until it is assigned again; or it noticed the loss first.
+    first_assigned = next((e["t"] for e in events if e["ev"] == "assigned"), float("inf"))
+    commits = [e for e in events if e["ev"] == "commit" and e["t"] < first_assigned]
+    lost = [e for e in events if e["ev"] == "lost" and e["t"] < first_assigned]
+    assert lost or commits, f"resumed member neither lost its partitions nor committed: {events}"
+    assert not [e for e in commits if e["ok"]], f"the resumed zombie committed: {commits}"
+    errors = {e["error"] for e in commits}
+    assert errors <= {"FencedMemberEpochError", "UnknownMemberIdError"}, commits
+    if self_stop:
+        assert commits, "the zombie did not try to commit the batch it held"
+    say(
+        f"{what}: commits before re-assignment {[(e['error'], e['offsets']) for e in commits]}, "
+        f"lost {[e['tps'] for e in lost]}"
+    )
+    # The group's committed offsets change only by commits of the partitions' owners.
+    allowed = ok_commits(workers.events("b"))
+    for p, offsets in ok_commits(workers.events("zombie"), after=first_assigned).items():
+        allowed[p] |= offsets
+    at_resume = dict(next((o for t, o in reversed(poller.samples) if t <= resumed), {}))
+    for t, offsets in poller.samples:
+        stray = {
+            p: o
+            for p, o in offsets.items()
+            if t > resumed and p in old and o not in allowed[p] and o != at_resume.get(p)
+        }
+        assert not stray, f"committed offsets {stray} seen at {t:.3f} came from no owner's commit"
