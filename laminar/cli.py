@@ -263,8 +263,21 @@ def node_start(
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
+    group_partitions: Annotated[
+        int, typer.Option(help="Partitions of __consumer_offsets (fixed once created).", min=1)
+    ] = 8,
+    group_session_timeout: Annotated[
+        float, typer.Option(help="Seconds a group member may go without a heartbeat.")
+    ] = 45.0,
+    group_heartbeat_interval: Annotated[
+        float, typer.Option(help="Seconds between a group member's heartbeats.")
+    ] = 5.0,
+    group_offsets_retention: Annotated[
+        float, typer.Option(help="Seconds a group with no members keeps its offsets (7 days).")
+    ] = 7 * 24 * 3600.0,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
+    from laminar.groups.settings import GroupSettings
     from laminar.node.config import NodeConfig, parse_peers
 
     if node_id < 1:
@@ -289,6 +302,12 @@ def node_start(
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
+            groups=GroupSettings(
+                partitions=group_partitions,
+                session_timeout_ms=int(group_session_timeout * 1000),
+                heartbeat_interval_ms=int(group_heartbeat_interval * 1000),
+                offsets_retention_ms=int(group_offsets_retention * 1000),
+            ),
         )
     except ValueError as exc:
         fail(str(exc))

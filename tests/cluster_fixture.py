@@ -101,9 +101,16 @@ def start_cluster(
     wait: bool = True,
     timeout: float = READY_TIMEOUT,
     log_level: str = "info",
+    extra_args: list[str] | None = None,
 ) -> ClusterHandle:
-    """Start ``nodes`` node processes under ``tmp_path``; by default wait until ready."""
-    local = LocalCluster(Path(tmp_path) / "cluster", free_port_pairs(nodes), log_level=log_level)
+    """Start ``nodes`` node processes under ``tmp_path``; by default wait until ready.
+    ``extra_args`` go to every `laminar node start`."""
+    local = LocalCluster(
+        Path(tmp_path) / "cluster",
+        free_port_pairs(nodes),
+        log_level=log_level,
+        extra_args=extra_args or (),
+    )
     handle = ClusterHandle(local)
     local.start()
     if wait:

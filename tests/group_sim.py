@@ -4,7 +4,8 @@ One ``GroupSim(seed)`` runs two groups of simulated consumer processes (some sta
 ``Coordinator`` whose records go through a simulated internal partition: records are durable only
 once "committed" (a random lag), replies are released only after that, and a coordinator
 fail-over keeps only the durable records (a random prefix of the pending ones survives) and
-rebuilds the coordinator from them, sometimes from a compacted log.
+rebuilds the coordinator from them, sometimes from a compacted log, sometimes from the start of
+the newest durable checkpoint on (what a shard's log holds after its old segments were dropped).
 
 Faults during the first phase: processes crash and restart (static ones under the same instance
 id), pause (SIGSTOP) for up to twice the session timeout and resume as zombies, close gracefully,
@@ -25,7 +26,8 @@ replay command):
 * a commit at an epoch the durable state removed or fenced its member at is never accepted;
 * committed offsets never go back, and every acknowledged commit survives fail-over;
 * the live state equals a replay of the records written (checked periodically), and a compacted
-  log replays to the same state as the full one.
+  log, or the log from the newest durable checkpoint on, replays to the same state as the full
+  one.
 
 After the quiet phase: every live process owns exactly its target, the target is balanced
 (members with equal subscriptions differ by at most one) and covers every subscribed partition,
@@ -98,6 +100,9 @@ class GroupSim:
         self.log: list[Record] = []  # durable records of all coordinator incarnations
         self.pending: list[tuple[Record, ...]] = []  # appended batches, not yet durable
         self.durable_count = 0  # durable records of the current incarnation
+        # Where the newest checkpoint starts and ends in the log once durable ([start, end)).
+        self.checkpoint: tuple[int, int] | None = None
+        self.checkpoint_start = -1  # start of the newest checkpoint that is wholly durable
         self.held: list[tuple[Reply, object]] = []
         self.down_until = -1
         self.mirror = GroupsState()  # replay of the durable log, kept incrementally
@@ -191,6 +196,11 @@ class GroupSim:
         self._deliver()
         if self.now >= self.down_until:
             self.coord.tick(self.now)
+            if self.checkpoint is None and self.rng.random() < 0.03:
+                self._take()  # as the driver does: a checkpoint starts an entry of its own
+                start = len(self.log) + sum(len(b) for b in self.pending)
+                self.checkpoint = (start, start + self.coord.checkpoint())
+                self.stats["checkpoints"] += 1
         for name in sorted(self.procs):
             self._act(self.procs[name])
         self._log_progress()
@@ -267,13 +277,21 @@ class GroupSim:
         self.coord.records_lost()
         self.held = []
         self.down_until = self.now + self.rng.randint(0, 5) * STEP_MS
+        self.checkpoint = None  # one not wholly durable is lost with the pending records
         log = self.log
-        if self.rng.random() < 0.5:
+        if self.checkpoint_start >= 0 and self.rng.random() < 0.5:
+            trimmed = self.log[self.checkpoint_start :]
+            if replay(trimmed) != replay(self.log):
+                self.fail("the log from the newest checkpoint on replays to a different state")
+            self.log = log = trimmed
+            self.stats["trims"] += 1
+        elif self.rng.random() < 0.5:
             compacted = compact(self.log)
             if replay(compacted) != replay(self.log):
                 self.fail("the compacted log replays to a different state")
             self.log = log = compacted
             self.stats["compactions"] += 1
+        self.checkpoint_start = -1  # positions in the new log are unknown
         self.coord = Coordinator(CONFIG, self.topics, self.down_until, records=log)
         self.durable_count = 0
         self._check_acked_durable()
@@ -298,6 +316,9 @@ class GroupSim:
 
     def _make_durable(self, records: list[Record]) -> None:
         self.log.extend(records)
+        if self.checkpoint is not None and len(self.log) >= self.checkpoint[1]:
+            self.checkpoint_start = self.checkpoint[0]
+            self.checkpoint = None
         for record in records:
             self.mirror.apply(record)
         for group in GROUPS:

@@ -17,7 +17,15 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse
-from laminar.groups.records import OffsetKey, Record, compact, decode, encode, replay
+from laminar.groups.records import (
+    OffsetKey,
+    Record,
+    compact,
+    decode,
+    encode,
+    replay,
+    state_records,
+)
 
 SESSION = 3000
 REBALANCE = 2000
@@ -364,6 +372,14 @@ def test_replay_and_compaction_rebuild_the_live_state() -> None:
     assert replay(compacted) == h.coord.state
     assert len(compacted) < len(h.log) / 3
     assert compact(compacted) == compacted
+    assert state_records(h.coord.state) == compacted
+    # A checkpoint restates the live state: a replay may start where it starts.
+    before = len(h.log)
+    h.coord.checkpoint()
+    h.hb("d", 5100, topics=("t",))
+    h.flush()
+    assert replay(h.log[before:]) == h.coord.state
+    assert replay(h.log) == h.coord.state
     assert [decode(encode(r)) for r in h.log] == h.log
     with pytest.raises(ValueError):
         decode(b'["OffsetKey",["g","t"]]')

@@ -25,7 +25,15 @@ def test_group_sim_many_seeds() -> None:
     failures, totals = run_seeds(_run_one, SEED_BASE, SEEDS, REPLAY)
     assert not failures, "\n\n".join(failures)
     # The schedules must exercise what they claim to.
-    for fault in ("crashes", "pauses", "leaves", "subscriptions", "failovers", "compactions"):
+    for fault in (
+        "crashes",
+        "pauses",
+        "leaves",
+        "subscriptions",
+        "failovers",
+        "compactions",
+        "trims",
+    ):
         assert totals[fault] >= SEEDS // 4, (fault, totals)
     for fault in ("deleted", "created", "grown", "records_lost", "lease_expired", "fenced"):
         assert totals[fault] > 0, (fault, totals)

@@ -50,7 +50,7 @@ Time is always passed in (``now_ms``); nothing here reads a clock, does I/O or d
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from laminar.errors import (
@@ -85,7 +85,9 @@ from laminar.groups.records import (
     TargetValue,
     TopicPartition,
     Value,
+    state_records,
 )
+from laminar.groups.views import GroupView, describe
 
 T = TypeVar("T")
 DAY_MS = 24 * 3600 * 1000
@@ -190,6 +192,16 @@ class Coordinator:
 
     def is_released(self, reply: Reply) -> bool:
         return reply.after <= self._committed
+
+    def checkpoint(self) -> int:
+        """Restate every live record (``state_records``) as the next records to write; returns
+        how many. The state does not change; once they are durable, a replay may start where
+        they start, so the internal partition's log before that point can be dropped."""
+        self._alive()
+        restated = state_records(self.state)
+        self._outbox += restated
+        self._written += len(restated)
+        return len(restated)
 
     # ------------------------------------------------------------------ requests
 
@@ -328,6 +340,19 @@ class Coordinator:
         else:
             found = {tp: stored[tp] for tp in partitions if tp in stored}
         return Reply(found, self._written)
+
+    def describe_group(self, group: str) -> Reply[GroupView]:
+        self._alive()
+        return Reply(describe(group, self.state.groups.get(group)), self._written)
+
+    def list_groups(self) -> Reply[list[GroupView]]:
+        """Every group of this shard, without offsets (a listing stays small)."""
+        self._alive()
+        views = [
+            replace(describe(name, state), offsets={})
+            for name, state in sorted(self.state.groups.items())
+        ]
+        return Reply(views, self._written)
 
     def delete_group(self, group: str) -> Reply[None]:
         """Delete a group with no members, offsets included."""

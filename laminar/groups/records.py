@@ -219,6 +219,25 @@ def compact(records: Iterable[Record]) -> list[Record]:
     return live
 
 
+def state_records(state: GroupsState) -> list[Record]:
+    """Every live record of ``state`` in canonical order: what a checkpoint writes, so a replay
+    that starts at the checkpoint rebuilds ``state``. Equals ``compact`` of any log that
+    replays to ``state``."""
+    out: list[Record] = []
+    for name in sorted(state.groups):
+        group = state.groups[name]
+        if group.meta is not None:
+            out.append(Record(GroupKey(name), group.meta))
+        out += [Record(MemberKey(name, m), v) for m, v in sorted(group.members.items())]
+        if group.target is not None:
+            out.append(Record(TargetKey(name), group.target))
+        targets = sorted(group.target_members.items())
+        out += [Record(TargetMemberKey(name, m), v) for m, v in targets]
+        out += [Record(AssignmentKey(name, m), v) for m, v in sorted(group.assignments.items())]
+        out += [Record(OffsetKey(name, *tp), v) for tp, v in sorted(group.offsets.items())]
+    return out
+
+
 # --------------------------------------------------------------------------- encoding
 
 _KEY_TYPES = {cls.__name__: cls for cls in _KIND_ORDER}

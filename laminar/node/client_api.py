@@ -26,6 +26,8 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.framing import MAX_PAYLOAD_BYTES
+from laminar.groups import wire as group_wire
+from laminar.groups.service import is_internal
 from laminar.node.metadata import Topic
 from laminar.node.replica import Replica, Waiter
 from laminar.node.status import cluster_view, move_stage
@@ -66,6 +68,7 @@ class ClientServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
+        self._handlers = group_wire.handlers(node.groups, node.node_id)
 
     async def start(self) -> None:
         host, port = split_address(self.node.config.listen)
@@ -112,7 +115,7 @@ class ClientServer:
             # acks=0: the client reads no reply, and one arriving after it closed would make
             # its kernel reset the connection, discarding requests not yet read (as in Kafka)
             no_reply_wanted = which == "produce" and body.acks == ACKS_NONE
-            handler = getattr(self, f"_on_{which}")
+            handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
             out_payload = await handler(body, response, payload) or []
         except LaminarError as exc:
             fill_error(response.error, exc)
@@ -174,6 +177,8 @@ class ClientServer:
         return recorded
 
     async def _on_createTopic(self, spec: Any, response: Any, _payload: memoryview) -> None:
+        if is_internal(spec.name):
+            raise InvalidRequestError("topic names starting with '__' are the cluster's own")
         if spec.partitions < 1:
             raise InvalidRequestError("a topic needs at least one partition")
         if spec.replicationFactor < 1:
@@ -208,6 +213,8 @@ class ClientServer:
     async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
         if name not in self.node.state.topics:
             raise UnknownTopicError(f"unknown topic {name!r}")
+        if is_internal(name):
+            raise InvalidRequestError(f"{name} is the cluster's own topic; it cannot be deleted")
         await self.node.metadata_service.propose({"op": "delete_topic", "name": name})
         response.body.none = None
 
@@ -228,6 +235,8 @@ class ClientServer:
             slot.topic = ref.topic
             slot.partition = ref.partition
             try:
+                if is_internal(ref.topic):
+                    raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
                 replica = self._leader_replica(ref.topic, ref.partition)
                 end = ref.payloadOffset + ref.payloadLength
                 if end > len(payload):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from laminar.groups.settings import GroupSettings
 from laminar.transport import split_address
 
 DAY_MS = 24 * 3600 * 1000
@@ -37,6 +38,7 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
+    groups: GroupSettings = field(default_factory=GroupSettings)
     log_format: str = "console"
     log_level: str = "info"
 

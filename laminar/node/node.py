@@ -18,6 +18,7 @@ import structlog
 from laminar.errors import (
     LaminarError,
 )
+from laminar.groups.service import INTERNAL_TOPIC, GroupService
 from laminar.membership.driver import SwimDriver
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
@@ -93,6 +94,15 @@ class Node:
             advertise=config.advertise_peer,
         )
         self.placement = Placement(self)
+        self.groups = GroupService(
+            config.groups,
+            self.state,
+            self.runtime,
+            self.calls,
+            service.propose,
+            self.address_of,
+            self.live_nodes,
+        )
         self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
 
@@ -129,6 +139,7 @@ class Node:
         if known_dir:
             await self._start_network()
         self.runtime.start()
+        self.groups.start()
         self._tasks = [
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -156,6 +167,7 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         await self.client_server.stop()
+        await self.groups.stop()
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
@@ -246,6 +258,8 @@ class Node:
 
     def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
+        if op in ("create_topic", "delete_topic") and isinstance(result, Topic):
+            self.groups.topics_changed()
         if op == "create_topic" and isinstance(result, Topic):
             for partition, assignment in enumerate(result.partitions):
                 if self.node_id in assignment.replicas:
@@ -338,6 +352,8 @@ class Node:
             self.runtime.wake(replica)
 
     def _leader_changed(self, replica: Replica) -> None:
+        if replica.topic == INTERNAL_TOPIC:
+            self.groups.leader_changed(replica)
         if replica.group == METADATA_GROUP and not replica.is_leader:
             self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:

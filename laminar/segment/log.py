@@ -544,6 +544,23 @@ class PartitionLog:
                 break
             excess -= seg.size
             count += 1
+        return self._drop_oldest(count)
+
+    def discard_before(self, offset: int) -> int:
+        """Delete the oldest sealed segments holding only offsets below ``offset`` (the owner
+        knows they are redundant: a consumer-group partition after a checkpoint); returns how
+        many were deleted."""
+        self._check_open()
+        count = 0
+        for seg in self._segments[:-1]:
+            if seg.end > offset:
+                break
+            count += 1
+        return self._drop_oldest(count)
+
+    def _drop_oldest(self, count: int) -> int:
+        """Delete the first ``count`` segments (never the active one), crash-safe: the new
+        start is recorded before any file goes."""
         if not count:
             return 0
         new_start = self._segments[count].base
@@ -561,7 +578,7 @@ class PartitionLog:
             self._term_values.insert(0, first_term)
         self._start = new_start
         self._prev_term = prev_term
-        log.info("expired segments", directory=str(self._dir), count=count, start=new_start)
+        log.info("deleted old segments", directory=str(self._dir), count=count, start=new_start)
         return count
 
     # ---------------------------------------------------------------------------- validation
