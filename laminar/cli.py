@@ -763,6 +763,16 @@ def consume(
         int | None, typer.Option("--count", "-n", min=1, help="Stop after COUNT records.")
     ] = None,
     output: Annotated[str, typer.Option("--format", help="text, json or value.")] = "text",
+    group: Annotated[
+        str | None,
+        typer.Option(
+            "--group",
+            "-g",
+            help="Read as a member of this consumer group: its share of the partitions, from "
+            "the group's committed offsets (--from applies where none is committed), "
+            "committing what was printed.",
+        ),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records: up to the current end, or forever with --follow."""
@@ -772,8 +782,15 @@ def consume(
         position = parse_start(start)
     except UserError as exc:
         fail(str(exc))
+    if group is not None:
+        if position[0] not in ("earliest", "latest"):
+            fail("with --group, --from is earliest or latest (where nothing is committed yet)")
+        if partition:
+            fail("--partition and --group do not mix (the group assigns partitions)")
 
     async def go() -> int:
+        if group is not None:
+            return await consume_group(bootstrap, topic, group, position[0], follow, count, output)
         return await _consume(bootstrap, topic, partition, position, follow, count, output)
 
     run(go)
@@ -919,3 +936,8 @@ def render_status(status: ClusterStatus) -> str:
 
 def main() -> None:
     app()
+
+
+from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
+
+app.add_typer(group_app, name="group")
