@@ -286,7 +286,9 @@ class OffsetPoller:
         return self.samples[-1][1] if self.samples else {}
 
     async def coordinator(self) -> int:
-        return (await self.client.describe_group(self.group, timeout=10.0)).coordinator
+        """The node coordinating the group, as Admin.describe_group reports it."""
+        async with Admin(self.bootstrap, request_timeout_ms=10_000) as admin:
+            return (await admin.describe_group(self.group)).coordinator
 
     async def close(self) -> None:
         if self._task is not None:
