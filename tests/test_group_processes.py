@@ -263,6 +263,7 @@ class OffsetPoller:
         self.interval = interval
         self.samples: list[tuple[float, dict[int, int]]] = []
         self.errors = 0
+        self.dead_node: int | None = None
         self._task: asyncio.Task[None] | None = None
         self.cluster: Cluster | None = None
 
@@ -379,6 +380,8 @@ async def test_group_of_processes_under_kills_joins_and_coordinator_loss(tmp_pat
         members = ["static", "b", "c"]
         await coordinator_killed(cluster, workers, poller, members, partitions)
         await static_member_restarted(workers, "static", "static-1", ["b", "c"], partitions)
+        members = ["static2", "b", "c"]
+        await join_during_coordinator_loss(cluster, workers, poller, members, "d", partitions)
         await drain_and_stop(workers, feed)
         history = final_checks(workers, feed, poller)
         final = poller.latest()
@@ -515,6 +518,7 @@ async def coordinator_killed(
         lambda: f"before {committed_before}\nnow {poller.latest()}\n{workers.explain(node_killed)}",
     )
     new_coordinator = await poller.coordinator()
+    poller.dead_node = coordinator
     say(
         f"commits advanced on every partition {time.time() - node_killed:.2f}s after the node "
         f"kill (new coordinator: node {new_coordinator})"
@@ -571,6 +575,70 @@ async def static_member_restarted(
         f"restarted static member: {mine}, expected one assignment of {sorted(theirs)}"
     )
     assert {n: workers.owned()[n] for n in others} == others_before
+
+
+async def join_during_coordinator_loss(
+    cluster: ClusterHandle,
+    workers: Workers,
+    poller: OffsetPoller,
+    members: list[str],
+    new: str,
+    partitions: int,
+) -> None:
+    """Checks 1, 3-5 under more stress: the dead node comes back, then a member joins and
+    the coordinator's node is SIGKILLed in the middle of the revocation handshake."""
+    assert poller.dead_node is not None
+    cluster.start_node(poller.dead_node)
+    back = time.time()
+    await wait_until_caught_up(cluster.bootstrap, timeout=30)
+    say(f"node {poller.dead_node} back and caught up after {time.time() - back:.2f}s")
+    coordinator = await poller.coordinator()
+    joined = time.time()
+    workers.start(new)
+
+    def revoking() -> bool:
+        return any(
+            e["ev"] == "revoked" and e["t"] > joined for n in members for e in workers.events(n)
+        )
+
+    await wait_until(revoking, 20, "a revocation for the new member", workers.explain)
+    node_killed = time.time()
+    cluster.kill(coordinator)
+    took = await wait_until(
+        lambda: balanced(workers.owned(), [*members, new], partitions),
+        30,
+        f"{new} to join although the coordinator's node {coordinator} died mid-handshake",
+        lambda: workers.explain(joined),
+    )
+    changes = [
+        (n, e["ev"], e["tps"])
+        for n in [*members, new]
+        for e in workers.events(n)
+        if e["t"] > joined and e["ev"] in ("assigned", "revoked", "lost")
+    ]
+    say(
+        f"killed coordinator node {coordinator} {node_killed - joined:.2f}s into {new}'s join; "
+        f"balanced {took:.2f}s after the kill: {workers.owned()}; changes {changes}"
+    )
+
+
+async def wait_until_caught_up(bootstrap: str, timeout: float) -> None:
+    """Every partition (the group shards included) has a leader and every replica in sync."""
+    async with Admin(bootstrap, request_timeout_ms=5_000) as admin:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                status = await admin.cluster_status()
+                if all(
+                    p.leader and len(p.replicas) == 3 and all(r.lag == 0 for r in p.replicas)
+                    for p in status.partitions
+                ):
+                    return
+            except (ConnectionError, OSError, LaminarError):
+                status = None
+            if time.monotonic() > deadline:
+                raise AssertionError(f"replicas not caught up after {timeout}s: {status}")
+            await asyncio.sleep(0.2)
 
 
 async def drain_and_stop(workers: Workers, feed: Feed) -> None:
