@@ -623,14 +623,15 @@ async def join_during_coordinator_loss(
 
 
 async def wait_until_caught_up(bootstrap: str, timeout: float) -> None:
-    """Every partition (the group shards included) has a leader and every replica in sync."""
+    """Every partition (the group shards included) has a leader and all 3 replicas, none
+    more than a moment's traffic behind (the producer keeps going)."""
     async with Admin(bootstrap, request_timeout_ms=5_000) as admin:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 status = await admin.cluster_status()
                 if all(
-                    p.leader and len(p.replicas) == 3 and all(r.lag == 0 for r in p.replicas)
+                    p.leader and len(p.replicas) == 3 and all(r.lag < 200 for r in p.replicas)
                     for p in status.partitions
                 ):
                     return
