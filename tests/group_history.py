@@ -249,6 +249,33 @@ def committed_went_back(samples: list[tuple[float, dict[int, int]]]) -> list[str
     return out
 
 
+def never_released(history: History) -> list[str]:
+    """Members that stopped cleanly ran their revoke listener: no ownership is left open."""
+    return [str(i) for spans in history.intervals.values() for i in spans if i.how == "open"]
+
+
+def committed_beyond_processed(
+    samples: list[tuple[float, dict[int, int]]], history: History
+) -> list[str]:
+    """A committed offset is never ahead of what some member had processed by then (members
+    commit only what they processed, and log it first)."""
+    processed = sorted(
+        (t, p, offset) for (p, offset), seen in history.processed.items() for t, *_ in seen
+    )
+    out = []
+    done: dict[int, int] = {}
+    i = 0
+    for t, offsets in samples:
+        while i < len(processed) and processed[i][0] <= t:
+            _, p, offset = processed[i]
+            done[p] = max(done.get(p, -1), offset)
+            i += 1
+        for p, offset in offsets.items():
+            if offset > done.get(p, -1) + 1:
+                out.append(f"p{p}: committed {offset} at {t:.3f}, processed up to {done.get(p)}")
+    return out
+
+
 def timeline(members: Iterable[Member], since: float = 0.0, limit: int = 60) -> str:
     """Assignment events of every member since ``since``, for failure messages."""
     rows = []

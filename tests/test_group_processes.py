@@ -44,7 +44,9 @@ from tests.group_history import (
     History,
     Member,
     build_history,
+    committed_beyond_processed,
     committed_went_back,
+    never_released,
     ok_commits,
     overlapping_owners,
     owned_now,
@@ -337,7 +339,9 @@ def final_checks(workers: Workers, feed: Feed, poller: OffsetPoller) -> History:
     problems = {
         "bookkeeping": history.violations,
         "two owners at once": overlapping_owners(history),
+        "ownership never released": never_released(history),
         "committed offset went back": committed_went_back(poller.samples),
+        "committed beyond processed": committed_beyond_processed(poller.samples, history),
         "acknowledged but not processed": unprocessed(history, feed.acked),
         "unjustified duplicates": duplicates,
     }
