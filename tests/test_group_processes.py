@@ -57,7 +57,11 @@ from tests.group_history import (
     unprocessed,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to see a process stopped"),
+]
 
 SESSION = 3.0
 HEARTBEAT = 0.5
@@ -187,8 +191,16 @@ class Workers:
                     proc.wait(10)
 
     def explain(self, since: float = 0.0) -> str:
+        """Who owns what, recent assignment events, and the output of members that died."""
         owned = {n: sorted(s) for n, s in self.owned().items()}
-        return f"owned now: {owned}\ntimeline:\n{timeline(self.members(), since)}"
+        died = [
+            f"--- {name} exited {proc.returncode}:\n{self.output(name)}"
+            for name, proc in self.procs.items()
+            if proc.poll() not in (None, 0) and name not in self.killed_at
+        ]
+        return "\n".join(
+            [f"owned now: {owned}", "timeline:", timeline(self.members(), since), *died]
+        )
 
 
 def stopped(pid: int) -> bool:
