@@ -10,15 +10,18 @@ worker acts on it and survives a SIGKILL (a torn last line is possible and skipp
     {"t": ..., "ev": "assigned"|"revoked"|"lost", "tps": [partition, ...]}
     {"t": ..., "ev": "records", "recs": [[partition, offset, seq], ...]}
     {"t": ..., "ev": "commit", "ok": true|false, "offsets": {partition: offset},
-     "error": "FencedMemberEpochError", "where": "batch"|"revoke"}
+     "error": "FencedMemberEpochError", "where": "batch"|"revoke", "t0": when it started}
     {"t": ..., "ev": "pausing"} / {"t": ..., "ev": "resumed"}   around a self-inflicted SIGSTOP
+    {"t": ..., "ev": "holding"}                       a batch is processed, its commit waits
     {"t": ..., "ev": "closed"}
 
 "revoked" is written when the listener is done (its commit included): the member owned the
 partitions until then. Signals: SIGTERM closes the consumer (revoke listener, leave) and exits;
 SIGUSR1 makes the worker SIGSTOP itself right after it logs its next batch, before committing
-it (a zombie holding processed, uncommitted records); SIGUSR2 lets a worker started with
-``--wait-go`` join (so a restarted static member joins as soon as its predecessor is killed).
+it (a zombie holding processed, uncommitted records); SIGHUP makes it wait 10 s (its
+heartbeats go on) between logging its next batch and committing it, so a SIGKILL then leaves
+processed records uncommitted; SIGUSR2 lets a worker started with ``--wait-go`` join (so a
+restarted static member joins as soon as its predecessor is killed).
 
     python -m tests.group_worker BOOTSTRAP TOPIC GROUP LOG [--instance ID] [--wait-go]
 """
@@ -40,6 +43,8 @@ import structlog
 from laminar.client import Consumer, TopicPartition
 from laminar.errors import LaminarError
 
+HOLD_SECONDS = 10.0
+
 
 class EventLog:
     def __init__(self, path: Path) -> None:
@@ -59,19 +64,22 @@ class Worker:
         self.stop = asyncio.Event()
         self.go = asyncio.Event()
         self.pause_next = False
+        self.hold_next = False
 
     async def commit(self, offsets: dict[int, int], where: str) -> None:
         if not offsets:
             return
         tps = {TopicPartition(self.args.topic, p): o for p, o in offsets.items()}
+        started = time.time()
         try:
             await self.consumer.commit(tps)
         except (ConnectionError, OSError, LaminarError, TimeoutError) as exc:
+            error = type(exc).__name__
             self.log.write(
-                "commit", ok=False, offsets=offsets, error=type(exc).__name__, where=where
+                "commit", ok=False, offsets=offsets, error=error, where=where, t0=started
             )
             return
-        self.log.write("commit", ok=True, offsets=offsets, where=where)
+        self.log.write("commit", ok=True, offsets=offsets, where=where, t0=started)
 
     async def on_revoked(self, tps: set[TopicPartition]) -> None:
         parts = sorted(tp.partition for tp in tps)
@@ -94,6 +102,7 @@ class Worker:
         loop.add_signal_handler(signal.SIGTERM, self.stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self._arm_pause)
         loop.add_signal_handler(signal.SIGUSR2, self.go.set)
+        loop.add_signal_handler(signal.SIGHUP, self._arm_hold)
         args = self.args
         self.consumer = Consumer(
             args.bootstrap,
@@ -128,6 +137,10 @@ class Worker:
                     self.log.write("pausing")
                     os.kill(os.getpid(), signal.SIGSTOP)
                     self.log.write("resumed")
+                if self.hold_next:
+                    self.hold_next = False
+                    self.log.write("holding")
+                    await asyncio.sleep(HOLD_SECONDS)
                 await self.commit(batch, "batch")
         finally:
             await self.consumer.close()
@@ -135,6 +148,9 @@ class Worker:
 
     def _arm_pause(self) -> None:
         self.pause_next = True
+
+    def _arm_hold(self) -> None:
+        self.hold_next = True
 
 
 def main() -> None:

@@ -106,6 +106,8 @@ class Workers:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed_at: dict[str, float] = {}
         self.pauses: dict[str, list[tuple[float, float]]] = {}
+        self.uncommitted: list[tuple[int, int]] = []
+        """Records a killed member processed and never committed: someone processes them again."""
 
     def start(self, name: str, instance: str | None = None, wait_go: bool = False) -> None:
         args = [sys.executable, "-m", "tests.group_worker", self.bootstrap, self.topic]
@@ -406,6 +408,8 @@ async def test_group_of_processes_under_kills_joins_and_coordinator_loss(tmp_pat
             ends[p] = max(ends.get(p, 0), offset + 1)
         short = {p: (final.get(p), end) for p, end in ends.items() if final.get(p, -1) < end}
         assert not short, f"final committed offsets short of the last records: {short}"
+        again = [r for r in workers.uncommitted if len(history.processed[r]) < 2]
+        assert not again, f"the killed member's uncommitted {again} were not processed again"
         spans = [i for s in history.intervals.values() for i in s]
         hows = {how: sum(1 for i in spans if i.how == how) for how in {i.how for i in spans}}
         say(f"ownership intervals by how they ended: {hows}")
@@ -420,8 +424,17 @@ async def member_killed(workers: Workers, victim: str, others: list[str], partit
     """Check 2: a SIGKILLed member's partitions are consumed by the others within the session
     timeout + 1 s."""
     await asyncio.sleep(1.0)
+    workers.signal(victim, signal.SIGHUP)  # it holds its next batch uncommitted
+    await wait_until(
+        lambda: any(e["ev"] == "holding" for e in workers.events(victim)),
+        10,
+        f"{victim} to hold a processed batch",
+        workers.explain,
+    )
     theirs = set(workers.owned()[victim])
     killed = workers.kill(victim)
+    held = [e["recs"] for e in workers.events(victim) if e["ev"] == "records"][-1]
+    workers.uncommitted = [(p, offset) for p, offset, _ in held]
 
     def resumed_at() -> dict[int, float]:
         firsts: dict[int, float] = {}
@@ -753,20 +766,34 @@ async def pause_and_resume(
         if e["ev"] == "records":
             early = {r[0] for r in e["recs"] if r[0] in old and r[0] not in reassigned}
             assert not early, f"resumed member processed {early} before re-assignment: {e}"
-    # Its commits fail (typed) until it is assigned again; or it noticed the loss first.
+    # Commits it starts after the resume fail (typed) until it is assigned again, or it
+    # noticed the loss first. One started before the pause may have reached the coordinator
+    # before the pause too (only its answer is read after the resume): then its successor
+    # started from it, proof it was taken while the member still owned the partition.
     first_assigned = next((e["t"] for e in events if e["ev"] == "assigned"), float("inf"))
     commits = [e for e in events if e["ev"] == "commit" and e["t"] < first_assigned]
+    late = [e for e in commits if e["t0"] >= resumed]
     lost = [e for e in events if e["ev"] == "lost" and e["t"] < first_assigned]
-    assert lost or commits, f"resumed member neither lost its partitions nor committed: {events}"
-    assert not [e for e in commits if e["ok"]], f"the resumed zombie committed: {commits}"
-    errors = {e["error"] for e in commits}
-    assert errors <= {"FencedMemberEpochError", "UnknownMemberIdError"}, commits
+    assert lost or late, f"resumed member neither lost its partitions nor committed: {events}"
+    assert not [e for e in late if e["ok"]], f"the resumed zombie committed: {late}"
+    errors = {e["error"] for e in late}
+    assert errors <= {"FencedMemberEpochError", "UnknownMemberIdError"}, late
     if self_stop:
-        assert commits, "the zombie did not try to commit the batch it held"
-    say(
-        f"{what}: commits before re-assignment {[(e['error'], e['offsets']) for e in commits]}, "
-        f"lost {[e['tps'] for e in lost]}"
-    )
+        assert late, "the zombie did not try to commit the batch it held"
+    b_events = workers.events("b")
+    for e in commits:
+        if e["t0"] < resumed and e["ok"]:
+            for key, offset in e["offsets"].items():
+                starts = [r[1] for r in _records(b_events, paused) if r[0] == int(key)]
+                assert starts and starts[0] >= offset, (
+                    f"the zombie's commit {e}, started before the pause, was applied after "
+                    f"b took p{key} over (b started at {starts[:1]})"
+                )
+    ended = [
+        (e.get("error", "ok"), e["offsets"], "sent before pause" if e["t0"] < resumed else "after")
+        for e in commits
+    ]
+    say(f"{what}: commits ended after the resume {ended}, lost {[e['tps'] for e in lost]}")
     # The group's committed offsets change only by commits of the partitions' owners.
     allowed = ok_commits(workers.events("b"))
     for p, offsets in ok_commits(workers.events("zombie"), after=first_assigned).items():
@@ -779,3 +806,8 @@ async def pause_and_resume(
             if t > resumed and p in old and o not in allowed[p] and o != at_resume.get(p)
         }
         assert not stray, f"committed offsets {stray} seen at {t:.3f} came from no owner's commit"
+
+
+def _records(events: list[dict], after: float) -> list[list[int]]:
+    """[partition, offset, seq] of every record processed after ``after``, in order."""
+    return [r for e in events if e["ev"] == "records" and e["t"] > after for r in e["recs"]]
