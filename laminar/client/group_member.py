@@ -148,6 +148,7 @@ class GroupMember:
     def before_poll(self) -> None:
         """Called at the start of every getmany: session check, then maybe an auto-commit of
         what earlier calls returned (the application is done with those)."""
+        self.consumer._handed.clear()
         self.check_session()
         if not self.enable_auto_commit or not self.membership.owned:
             return
@@ -155,7 +156,7 @@ class GroupMember:
         if now < self._next_auto_commit or self._auto_commit is not None:
             return
         self._next_auto_commit = now + self.auto_commit_interval
-        offsets = self._consumed_offsets()
+        offsets = self._consumed_offsets(processed=True)
         if offsets:
             self._auto_commit = asyncio.create_task(self._background_commit(offsets))
 
@@ -184,8 +185,11 @@ class GroupMember:
         found = await self.client.fetch_offsets(self.group, [tp])
         return found[tp].offset if tp in found else None
 
-    async def close(self) -> None:
-        """Commit (auto-commit), run the revoke listener, leave the group at once."""
+    async def close(self, *, failed: bool = False) -> None:
+        """Commit (auto-commit), run the revoke listener, leave the group at once.
+
+        Auto-commit commits everything returned so far, or with ``failed`` (the application
+        stopped on an error) only up to what the latest getmany returned."""
         self._closing = True
         for task in (self._heartbeats, self._reconciling):
             if task is not None:
@@ -198,7 +202,10 @@ class GroupMember:
             await asyncio.gather(self._auto_commit, return_exceptions=True)
         owned = set(self.membership.owned)
         if owned:
+            returned = self.consumer._group_positions(owned)
             positions = self._drop(owned)
+            if not failed:
+                positions = returned
             self._revoking.update(positions)
             try:
                 if self.enable_auto_commit:
@@ -339,9 +346,10 @@ class GroupMember:
         await self._run_listener(self.listener.on_partitions_assigned, take)
 
     # -------------------------------------------------------------------------- commits
-    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+    def _consumed_offsets(self, processed: bool = False) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Positions after what was returned (``processed``: before the latest getmany's)."""
         mine = self.membership.owned if self.subscribed else self.consumer.assignment()
-        positions = self.consumer._group_positions(mine)
+        positions = self.consumer._group_positions(mine, processed=processed)
         positions.update(self._revoking)
         return {
             tp: OffsetAndMetadata(offset)
