@@ -138,6 +138,7 @@ class GroupMember:
             self._wake.set()
         if self._heartbeats is None:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop())
+            self._heartbeats.add_done_callback(self._task_done)
 
     @property
     def subscribed(self) -> bool:
@@ -269,6 +270,7 @@ class GroupMember:
                 self._replied = asyncio.Event()
                 if member.plan() and (self._reconciling is None or self._reconciling.done()):
                     self._reconciling = asyncio.create_task(self._reconcile())
+                    self._reconciling.add_done_callback(self._task_done)
             await self._sleep(member.heartbeat_interval_ms / 1000)
 
     async def _sleep(self, seconds: float) -> None:
@@ -399,6 +401,14 @@ class GroupMember:
             self._auto_commit = None
 
     # ----------------------------------------------------------------------------- glue
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A bug in the membership must not go unnoticed: the next getmany raises it."""
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            log.error("group membership task failed", group=self.group, error=repr(error))
+            assert error is not None
+            self.consumer._report(error)
+
     def _drop(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self.consumer._group_drop(tps)
 
