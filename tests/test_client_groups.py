@@ -287,3 +287,18 @@ async def test_leaving_on_an_error_commits_only_what_was_processed(fake: FakeClu
     async with Admin(fake.bootstrap) as admin:
         offsets = await admin.fetch_offsets("g")
     assert {tp: o.offset for tp, o in offsets.items()} == dict.fromkeys(TPS, 5)
+
+
+async def test_assigned_consumer_with_a_group_commits_from_outside_it(fake: FakeCluster) -> None:
+    async with group_consumer(fake) as c:
+        await c.assign(TPS[:2])
+        await until(lambda: all(c.position(tp) == 5 for tp in TPS[:2]), 5, c)
+        await c.commit()  # member "" at epoch -1: allowed while the group has no members
+        assert [await c.committed(tp) for tp in TPS] == [5, 5, None, None]
+        async with group_consumer(fake) as member:
+            await member.subscribe("t")
+            await until(lambda: len(member.assignment()) == 4, 10, member)
+            with pytest.raises(GroupNotEmptyError):
+                await c.commit({TPS[0]: 1})
+            with pytest.raises(RuntimeError):
+                await c.subscribe("t")  # assign() and a subscription do not mix
