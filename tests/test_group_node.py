@@ -303,3 +303,22 @@ async def test_the_internal_topic_is_the_clusters_own(cluster: ClusterHandle) ->
     async with Producer(bootstrap, acks="all") as producer:
         with pytest.raises(LaminarError):
             await (await producer.send(INTERNAL_TOPIC, b"x", partition=0))
+
+
+@pytest.mark.slow
+async def test_deleting_a_topic_removes_its_offsets_from_every_group(
+    cluster: ClusterHandle,
+) -> None:
+    bootstrap = cluster.bootstrap
+    async with Admin(bootstrap) as admin:
+        for topic in ("doomed", "kept"):
+            await admin.create_topic(topic, partitions=2, replication_factor=3)
+    offsets = {("doomed", 0): 3, ("doomed", 1): 4, ("kept", 0): 5}
+    await commit(bootstrap, "outside", "", -1, offsets)  # from outside the (empty) group
+    assert await committed(bootstrap, "outside") == offsets
+    async with Admin(bootstrap) as admin:
+        await admin.delete_topic("doomed")
+    deadline = asyncio.get_running_loop().time() + 10
+    while (found := await committed(bootstrap, "outside")) != {("kept", 0): 5}:
+        assert asyncio.get_running_loop().time() < deadline, found
+        await asyncio.sleep(0.2)
