@@ -108,6 +108,10 @@ class Consumer:
             on_partitions_revoked, on_partitions_assigned, on_partitions_lost
         )
         self._member: GroupMember | None = None
+        self._polling = asyncio.Event()
+        """Set while the application is inside getmany (and before its first call): it holds
+        no record it is still working on, so a revocation may run (group_member.py)."""
+        self._polling.set()
         self._handed: dict[TopicPartition, int] = {}
         """Group mode: per partition, the first offset the latest getmany returned. The
         application may still be working on those records, so auto-commit stops there."""
@@ -364,8 +368,19 @@ class Consumer:
         that cannot go on (e.g. its position fell out of range with auto_offset_reset="none").
         """
         self.cluster  # noqa: B018 - raises if not started
-        if self._member is not None:
-            self._member.before_poll()
+        # Inside getmany the application holds no record it has not finished with: a
+        # revocation runs now, never while it may still be working on a revoked partition.
+        self._polling.set()
+        try:
+            if self._member is not None:
+                await self._member.before_poll()
+            return await self._poll(timeout_ms, max_records)
+        finally:
+            self._polling.clear()
+
+    async def _poll(
+        self, timeout_ms: float | None, max_records: int | None
+    ) -> list[ConsumerRecord]:
         loop = asyncio.get_running_loop()
         wait = self.max_wait_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + wait / 1000

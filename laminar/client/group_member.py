@@ -131,6 +131,8 @@ class GroupMember:
         self._next_auto_commit = 0.0
         self._sent_join = False
         self._closing = False
+        self._revoke_done: asyncio.Future[None] | None = None
+        """Set while a revocation is under way: getmany waits for it before returning."""
 
     # ------------------------------------------------------------------------ public side
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -146,10 +148,14 @@ class GroupMember:
         (member id "", epoch -1: accepted only while the group has no members)."""
         return self._heartbeats is not None
 
-    def before_poll(self) -> None:
-        """Called at the start of every getmany: session check, then maybe an auto-commit of
-        what earlier calls returned (the application is done with those)."""
-        self.consumer._handed.clear()
+    async def before_poll(self) -> None:
+        """Called at the start of every getmany: a revocation waiting for the application to
+        finish its records runs to the end first (so no record of a revoked partition is
+        returned after it), then the session check and maybe an auto-commit of what earlier
+        calls returned (the application is done with those)."""
+        self.consumer._handed.clear()  # back in getmany: done with what it returned
+        while self._revoke_done is not None:
+            await asyncio.shield(self._revoke_done)
         self.check_session()
         if not self.enable_auto_commit or not self.membership.owned:
             return
@@ -306,15 +312,24 @@ class GroupMember:
             await self._assign(set(plan.assign), generation)
 
     async def _revoke(self, revoke: Partitions) -> None:
-        positions = self._drop(revoke)
-        self._revoking.update(positions)
+        """Give up ``revoke`` once the application is inside getmany (as in Kafka, where the
+        revocation runs inside poll): until then it may still be working on records of them,
+        and their next owner must not start before it is done."""
+        done = self._revoke_done = asyncio.get_running_loop().create_future()
         try:
-            if self.enable_auto_commit:
-                await self._commit_quietly(_with_metadata(positions))
-            await self._run_listener(self.listener.on_partitions_revoked, revoke)
+            await self.consumer._polling.wait()
+            positions = self._drop(revoke)
+            self._revoking.update(positions)
+            try:
+                if self.enable_auto_commit:
+                    await self._commit_quietly(_with_metadata(positions))
+                await self._run_listener(self.listener.on_partitions_revoked, revoke)
+            finally:
+                for tp in revoke:
+                    self._revoking.pop(tp, None)
         finally:
-            for tp in revoke:
-                self._revoking.pop(tp, None)
+            self._revoke_done = None
+            done.set_result(None)
 
     async def _assign(self, assign: Partitions, generation: int) -> None:
         member = self.membership
