@@ -1,5 +1,9 @@
 """The asyncio consumer: assigned partitions, explicit positions, long-poll fetches.
 
+With a ``group_id``, ``subscribe()`` joins a consumer group instead: the group's coordinator
+decides which partitions this consumer reads (group_member.py drives the assignment), and
+positions are committed to the cluster.
+
 At most one fetch is in flight per node, covering every assigned partition that node leads and
 that has no records buffered. Results of a fetch that was in flight during a ``seek`` are
 dropped (each partition has an epoch that a seek bumps), so a seek is exact.
@@ -11,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 import structlog
@@ -19,6 +23,7 @@ import structlog
 from laminar.client.cluster import Cluster
 from laminar.client.connection import Connection, is_retriable
 from laminar.client.decoding import decode_consumer_records
+from laminar.client.group_member import Callback, CallbackListener, GroupMember, RebalanceListener
 from laminar.client.offsets import list_offsets, target_node
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, ConsumerRecord, FetchedBatches, TopicPartition
@@ -33,7 +38,16 @@ RETRY_BACKOFF = 0.1
 
 
 class Consumer:
-    """Reads assigned partitions from explicit positions; no consumer groups (yet)."""
+    """Reads assigned partitions from explicit positions, or a group's share of its topics.
+
+    Group mode (``group_id`` set): ``subscribe(topics)`` joins; ``assignment()`` is what the
+    coordinator gave this member; new partitions start at the group's committed offset (else
+    per ``auto_offset_reset``); ``commit()`` stores the positions of what ``getmany``/``async
+    for`` returned; ``close()`` commits (auto-commit), runs the revoke listener and leaves.
+    Listeners are async or sync callables taking a set of TopicPartition, or a
+    RebalanceListener passed to ``subscribe``. ``on_partitions_lost`` (default: the revoke
+    callback) is called when partitions were taken without a handshake; do not commit there.
+    """
 
     def __init__(
         self,
@@ -45,6 +59,15 @@ class Consumer:
         auto_offset_reset: str = "latest",
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        client_rack: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        rebalance_timeout_ms: int = 60_000,
+        on_partitions_revoked: Callback | None = None,
+        on_partitions_assigned: Callback | None = None,
+        on_partitions_lost: Callback | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(
@@ -73,6 +96,18 @@ class Consumer:
         self._rotation = 0
         self._emptied = False
         self._closed = False
+        self.group_id = group_id or None
+        self._group_options = {
+            "instance_id": group_instance_id or None,
+            "rack": client_rack or None,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "enable_auto_commit": enable_auto_commit,
+            "auto_commit_interval_ms": auto_commit_interval_ms,
+        }
+        self._listener: RebalanceListener = CallbackListener(
+            on_partitions_revoked, on_partitions_assigned, on_partitions_lost
+        )
+        self._member: GroupMember | None = None
 
     # lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -82,6 +117,8 @@ class Consumer:
             )
 
     async def close(self) -> None:
+        if self._member is not None and not self._closed:
+            await self._member.close()
         self._closed = True
         tasks = list(self._fetches.values())
         for task in tasks:
@@ -107,6 +144,8 @@ class Consumer:
     # assignment and positions ------------------------------------------------------------
     async def assign(self, partitions: Sequence[TopicPartition]) -> None:
         """Read exactly these partitions; new ones start per ``auto_offset_reset``."""
+        if self._member is not None and self._member.subscribed:
+            raise RuntimeError("a subscribed group member's partitions come from the group")
         cluster = self.cluster
         wanted = [TopicPartition(*tp) for tp in partitions]
         for tp in wanted:
@@ -121,14 +160,89 @@ class Consumer:
             reset = RESETS[self.auto_offset_reset]
             await self._seek_to(new, LATEST if reset is None else reset)
 
-    async def subscribe(self, topic: str) -> None:
-        """Assign every partition of ``topic`` (on top of what is assigned already)."""
-        description = await self.cluster.wait_for_topic(topic, 5.0)
-        tps = [TopicPartition(topic, p.partition) for p in description.partitions]
-        await self.assign([*self._assignment, *(tp for tp in tps if tp not in self._assignment)])
+    async def subscribe(
+        self, topics: str | Iterable[str], *, listener: RebalanceListener | None = None
+    ) -> None:
+        """Group mode: join the group for ``topics`` (replacing an earlier subscription).
+        Otherwise assign every partition of ``topics`` on top of what is assigned already."""
+        names = [topics] if isinstance(topics, str) else list(topics)
+        if self.group_id is not None:
+            if self._assignment and (self._member is None or not self._member.subscribed):
+                raise RuntimeError("assign() and a group subscription do not mix")
+            for name in names:
+                await self.cluster.wait_for_topic(name, 5.0)
+            if listener is not None:
+                self._listener = listener
+            if self._member is None:
+                self._member = GroupMember(
+                    self, self.group_id, listener=self._listener, **self._group_options
+                )
+            self._member.listener = self._listener
+            self._member.subscribe(names)
+            return
+        if listener is not None:
+            raise ValueError("rebalance listeners need a group_id")
+        for name in names:
+            description = await self.cluster.wait_for_topic(name, 5.0)
+            tps = [TopicPartition(name, p.partition) for p in description.partitions]
+            await self.assign(
+                [*self._assignment, *(tp for tp in tps if tp not in self._assignment)]
+            )
 
     def assignment(self) -> list[TopicPartition]:
         return list(self._assignment)
+
+    # groups ------------------------------------------------------------------------------
+    async def commit(
+        self, offsets: Mapping[TopicPartition, int | tuple[int, str]] | None = None
+    ) -> None:
+        """Commit ``offsets`` ({tp: next offset to read} or {tp: (offset, metadata)}), or by
+        default the position after the last record returned of every owned partition."""
+        await self._group().commit(offsets)
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp`` (None if none)."""
+        return await self._group().committed(tp)
+
+    def _group(self) -> GroupMember:
+        if self.group_id is None:
+            raise RuntimeError("commit() and committed() need a group_id")
+        if self._member is None:
+            self.cluster  # noqa: B018 - raises if not started
+            self._member = GroupMember(
+                self, self.group_id, listener=self._listener, **self._group_options
+            )
+        return self._member
+
+    def _report(self, error: BaseException) -> None:
+        """An error for the application: the next getmany raises it."""
+        self._error = error
+        self._arrived.set()
+
+    def _group_positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.position(tp) for tp in tps if tp in self._fetch_offsets}
+
+    def _group_drop(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Stop reading ``tps`` now (buffered records dropped); their positions."""
+        gone = set(tps)
+        positions = self._group_positions(gone)
+        for tp in gone:
+            self._forget(tp)
+        self._assignment = [tp for tp in self._assignment if tp not in gone]
+        return positions
+
+    async def _group_add(self, starts: Mapping[TopicPartition, int | None]) -> None:
+        """Start reading these: at the given offset, or per ``auto_offset_reset`` if None."""
+        reset = [tp for tp, offset in starts.items() if offset is None]
+        for tp, offset in starts.items():
+            if offset is not None:
+                self._set_position(tp, offset)
+                self._seeked.add(tp)  # out of range (retention) resets per the policy
+        if reset:
+            policy = RESETS[self.auto_offset_reset]
+            await self._seek_to(reset, LATEST if policy is None else policy)
+        self._assignment.extend(tp for tp in starts if tp not in self._assignment)
+        self._arrived.set()
 
     def position(self, tp: TopicPartition) -> int:
         """Offset of the next record this consumer returns for ``tp``."""
@@ -234,6 +348,8 @@ class Consumer:
         that cannot go on (e.g. its position fell out of range with auto_offset_reset="none").
         """
         self.cluster  # noqa: B018 - raises if not started
+        if self._member is not None:
+            self._member.before_poll()
         loop = asyncio.get_running_loop()
         wait = self.max_wait_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + wait / 1000
@@ -241,6 +357,8 @@ class Consumer:
             if self._error is not None:
                 error, self._error = self._error, None
                 raise error
+            if self._member is not None:
+                self._member.check_session()  # also after waiting: never read a lost partition
             records = self._drain(max_records)
             if records:
                 if self._emptied:
