@@ -34,6 +34,7 @@ from laminar.protocol import (
 )
 from laminar.segment.batch import is_control, read_header, stamp, verify_batch
 from laminar.transport import FramedProtocol
+from tests.client_fakegroups import FakeGroups, GroupHandlers
 
 
 @dataclass
@@ -115,6 +116,7 @@ class FakeCluster:
         self.faults = Faults()
         self.produce_requests: list[tuple[int, list[tuple[str, int]]]] = []
         self.fetch_requests: list[tuple[int, list[tuple[str, int, int]]]] = []
+        self.groups = FakeGroups(self)
 
     async def start(self, nodes: int = 3) -> FakeCluster:
         for node_id in range(1, nodes + 1):
@@ -159,7 +161,7 @@ class FakeCluster:
         return node.address if node else ""
 
 
-class FakeNode:
+class FakeNode(GroupHandlers):
     def __init__(self, cluster: FakeCluster, node_id: int) -> None:
         self.cluster = cluster
         self.node_id = node_id

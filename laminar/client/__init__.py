@@ -17,6 +17,16 @@ from laminar.client.descriptions import (
     ReplicaStatus,
     TopicDescription,
 )
+from laminar.client.group_member import RebalanceListener
+from laminar.client.group_types import (
+    CommittedOffset,
+    GroupDescription,
+    GroupMemberDescription,
+    GroupSummary,
+    OffsetAndMetadata,
+    PartitionLag,
+)
+from laminar.client.groups import GroupClient
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.producer import Producer
 from laminar.client.types import (
@@ -32,17 +42,25 @@ __all__ = [
     "Admin",
     "Cluster",
     "ClusterStatus",
+    "CommittedOffset",
     "Connection",
     "Consumer",
     "ConsumerRecord",
     "DefaultPartitioner",
     "FetchedBatches",
+    "GroupClient",
+    "GroupDescription",
+    "GroupMemberDescription",
+    "GroupSummary",
     "MemberStatus",
     "Move",
+    "OffsetAndMetadata",
     "PartitionDescription",
+    "PartitionLag",
     "PartitionStatus",
     "Partitioner",
     "Producer",
+    "RebalanceListener",
     "RecordMetadata",
     "ReplicaStatus",
     "TopicDescription",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from laminar.client.cluster import Cluster
@@ -12,15 +13,25 @@ from laminar.client.descriptions import (
     status_from_reader,
     topic_from_reader,
 )
+from laminar.client.group_types import (
+    CommittedOffset,
+    GroupDescription,
+    GroupSummary,
+    OffsetAndMetadata,
+    PartitionLag,
+)
+from laminar.client.groups import OFFSETS_TOPIC, GroupClient
 from laminar.client.offsets import list_offsets
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
 from laminar.errors import (
+    GroupNotEmptyError,
     InvalidRequestError,
     NotLeaderError,
     RequestTimeoutError,
     UnknownTopicError,
 )
+from laminar.protocol import EARLIEST, LATEST
 
 
 def _transient(error: BaseException) -> bool:
@@ -156,3 +167,108 @@ class Admin:
 
         reply = await self._call(fill)
         return status_from_reader(reply.body.clusterStatus)
+
+    # consumer groups -------------------------------------------------------------------
+    @property
+    def groups(self) -> GroupClient:
+        """Low-level group calls (heartbeat, fetch_offsets, ...) over this admin's cluster."""
+        return GroupClient(self.cluster, timeout=self.request_timeout)
+
+    async def list_groups(self) -> list[GroupSummary]:
+        """Every group of the cluster (each node is asked for the groups it coordinates)."""
+        return await self.groups.list_groups()
+
+    async def describe_group(self, group: str) -> GroupDescription:
+        """State, members and their assignment, committed offsets, and per-partition lag
+        (end offset - committed) of every partition the group reads or has committed."""
+        description = await self.groups.describe_group(group)
+        owners: dict[TopicPartition, str] = {}
+        for member in description.members:
+            for tp in (*member.revoking, *member.assigned):
+                owners[tp] = member.member_id
+        committed = {TopicPartition(o.topic, o.partition): o.offset for o in description.offsets}
+        metadata = await self.cluster.refresh_metadata()
+        topics = {t for m in description.members for t in m.topics} | {tp.topic for tp in committed}
+        tps = sorted(
+            {
+                TopicPartition(topic, p.partition)
+                for topic in topics
+                if topic in metadata.topics and topic != OFFSETS_TOPIC
+                for p in metadata.topics[topic].partitions
+            }
+            | set(committed)
+            | set(owners)
+        )
+        known = [tp for tp in tps if tp.topic in metadata.topics]
+        ends = await list_offsets(self.cluster, known, LATEST) if known else {}
+        rows = []
+        for tp in tps:
+            end, offset = ends.get(tp), committed.get(tp)
+            lag = max(end - offset, 0) if end is not None and offset is not None else None
+            rows.append(PartitionLag(tp.topic, tp.partition, owners.get(tp), offset, end, lag))
+        return dataclasses.replace(description, partitions=tuple(rows))
+
+    async def delete_group(self, group: str) -> None:
+        """Delete a group with no members, offsets included (GroupNotEmptyError otherwise)."""
+        await self.groups.delete_group(group)
+
+    async def fetch_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        return await self.groups.fetch_offsets(group)
+
+    async def commit_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int | tuple[int, str]]
+    ) -> None:
+        """Commit from outside the group (tools, Spark): only while it has no members."""
+        await self.groups.commit(
+            group, {TopicPartition(*tp): _offset(v) for tp, v in offsets.items()}
+        )
+
+    async def reset_offsets(
+        self,
+        group: str,
+        topic: str,
+        *,
+        to: str | int = "earliest",
+        timestamp_ms: int | None = None,
+        partitions: Sequence[int] | None = None,
+        dry_run: bool = False,
+    ) -> dict[TopicPartition, int]:
+        """Set the group's committed offsets of ``topic`` to ``"earliest"``, ``"latest"``, an
+        offset (clamped to each partition's [start, end]) or, with ``timestamp_ms``, the first
+        batch at or after that time (end if none). Only while the group has no members
+        (GroupNotEmptyError); ``dry_run`` returns the plan without committing it."""
+        description = await self.describe_topic(topic)
+        numbers = [p.partition for p in description.partitions]
+        for number in partitions or []:
+            if number not in numbers:
+                raise InvalidRequestError(f"topic {topic!r} has no partition {number}")
+        tps = [TopicPartition(topic, p) for p in (partitions or numbers)]
+        if not dry_run:
+            current = await self.groups.describe_group(group)
+            if current.members:
+                raise GroupNotEmptyError(
+                    f"group {group} has {len(current.members)} members; stop them first"
+                )
+        if timestamp_ms is not None:
+            found = await list_offsets(self.cluster, tps, timestamp_ms)
+            missing = [tp for tp, offset in found.items() if offset < 0]
+            if missing:
+                found.update(await list_offsets(self.cluster, missing, LATEST))
+            plan = found
+        elif to in ("earliest", "latest"):
+            plan = await list_offsets(self.cluster, tps, EARLIEST if to == "earliest" else LATEST)
+        elif isinstance(to, int) and not isinstance(to, bool):
+            starts = await list_offsets(self.cluster, tps, EARLIEST)
+            ends = await list_offsets(self.cluster, tps, LATEST)
+            plan = {tp: min(max(to, starts[tp]), ends[tp]) for tp in tps}
+        else:
+            raise InvalidRequestError(f"reset to {to!r}: expected earliest, latest or an offset")
+        if not dry_run:
+            await self.groups.commit(group, {tp: OffsetAndMetadata(o) for tp, o in plan.items()})
+        return plan
+
+
+def _offset(value: int | tuple[int, str]) -> OffsetAndMetadata:
+    if isinstance(value, int):
+        return OffsetAndMetadata(value)
+    return OffsetAndMetadata(*value)

@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from laminar.errors import (
+    NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderError,
     ProtocolError,
@@ -45,6 +46,7 @@ RETRIABLE = (
     NotLeaderError,
     RequestTimeoutError,
     NotEnoughReplicasError,
+    NotCoordinatorError,
     UnknownTopicError,
     UnknownPartitionError,
     ConnectionError,

@@ -73,7 +73,7 @@ class PartitionLag:
     committed: int | None
     end_offset: int | None
     lag: int | None
-    """end_offset - committed (the whole log when nothing is committed); None if unknown."""
+    """end_offset - committed; None when either is unknown (nothing committed yet)."""
 
 
 @dataclass(slots=True, frozen=True)
