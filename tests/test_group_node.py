@@ -162,6 +162,7 @@ async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_re
                 peers={1: f"127.0.0.1:{peer_port}"},
                 metadata_replicas=1,
                 tick_ms=10,
+                rack="r1",
                 groups=settings,
             )
         )
@@ -178,6 +179,8 @@ async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_re
                     await asyncio.sleep(0.1)
         epoch, assigned = await heartbeat(bootstrap, "g", "m1", 0, [TOPIC], [])
         assert assigned == {(TOPIC, p) for p in range(4)}
+        # the node's rack reaches the assignor (it prefers members in a replica's rack)
+        assert node.groups.replica_racks() == {(TOPIC, p): frozenset({"r1"}) for p in range(4)}
         for i in range(1, 600):  # ~3 checkpoints' worth of records
             await commit(bootstrap, "g", "m1", epoch, {(TOPIC, i % 4): i})
         internal = node.state.topics[INTERNAL_TOPIC]
