@@ -263,6 +263,9 @@ def node_start(
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
+    rack: Annotated[
+        str, typer.Option(help="This node's rack or zone (consumer groups prefer local reads).")
+    ] = "",
     group_partitions: Annotated[
         int, typer.Option(help="Partitions of __consumer_offsets (fixed once created).", min=1)
     ] = 8,
@@ -302,6 +305,7 @@ def node_start(
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
+            rack=rack,
             groups=GroupSettings(
                 partitions=group_partitions,
                 session_timeout_ms=int(group_session_timeout * 1000),

@@ -124,6 +124,20 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
     return snapshot, at_time
 
 
+def commit_group_offsets(options: SourceOptions, offsets: Offsets) -> None:
+    """Store ``offsets`` as the committed offsets of ``options.group_id`` (driver side)."""
+
+    async def commit() -> None:
+        async with Admin(
+            list(options.bootstrap), request_timeout_ms=options.request_timeout_ms
+        ) as admin:
+            await admin.commit_offsets(
+                options.group_id or "", {TopicPartition(*tp): o for tp, o in offsets.items()}
+            )
+
+    asyncio.run(commit())
+
+
 def snapshot(options: SourceOptions, timestamp: int | None = None) -> tuple[Snapshot, Offsets]:
     """Partitions, replicas, earliest/latest offsets (and offsets at ``timestamp``) right now."""
     return asyncio.run(_snapshot(options, timestamp))

@@ -48,6 +48,10 @@ class SourceOptions:
     prefetch_windows: int
     request_timeout_ms: int
     read_retry_timeout_ms: int
+    group_id: str | None = None
+    """``groupId``: after each micro-batch, its end offsets become this consumer group's
+    committed offsets, so `laminar group describe` shows the query's lag (Spark's checkpoint
+    stays the source of truth)."""
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -189,6 +193,7 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         prefetch_windows=_int(opts, "prefetchWindows", 2, minimum=1) or 2,
         request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=100) or 30_000,
         read_retry_timeout_ms=_int(opts, "readRetryTimeoutMs", 60_000, minimum=0) or 0,
+        group_id=opts.get("groupid") or None,
     )
 
 

@@ -27,7 +27,14 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from spark_source.cluster_io import Snapshot, read_range, resolve_spec, snapshot
+from laminar.errors import LaminarError
+from spark_source.cluster_io import (
+    Snapshot,
+    commit_group_offsets,
+    read_range,
+    resolve_spec,
+    snapshot,
+)
 from spark_source.options import SourceOptions, parse_options
 from spark_source.planning import (
     LaminarInputPartition,
@@ -228,9 +235,21 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _read(partition, self.options, self.arrow)
 
     def commit(self, end: dict) -> None:
-        # No consumer-group offsets in laminar yet: Spark's checkpoint is the only record of
-        # progress, so a commit just remembers the last end; repeating it changes nothing.
+        # Spark's checkpoint is the record of progress; with groupId the end offsets are also
+        # stored as the group's committed offsets, for lag monitoring. Repeating a commit
+        # changes nothing, and a failed one only leaves the group's view behind: it is logged,
+        # never raised (the query must not fail over a monitoring write).
         self._committed = end
+        if self.options.group_id is None:
+            return
+        try:
+            commit_group_offsets(self.options, from_json(end))
+        except (LaminarError, ConnectionError, OSError) as exc:
+            log.warning(
+                "could not store the micro-batch's offsets as group offsets",
+                group=self.options.group_id,
+                error=str(exc),
+            )
 
     def stop(self) -> None:
         self._target = None

@@ -3,13 +3,15 @@ cluster whose nodes host the real group Coordinator (tests/client_fakegroups.py)
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from collections.abc import AsyncIterator
 
 import pytest
 
 from laminar.client import Admin, Consumer, TopicPartition
 from tests.client_fakenode import FakeCluster
-from tests.test_cli_commands import cli
+from tests.test_cli_commands import LAMINAR, cli
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,3 +103,49 @@ async def test_group_commands_refuse_a_group_with_members(fake: FakeCluster) -> 
         assert (await admin.describe_group("busy")).members == ()
         # close() auto-committed the position (the end: auto_offset_reset="latest")
         assert (await admin.fetch_offsets("busy"))[TopicPartition("t", 0)].offset == 0
+
+
+async def test_consume_group_follow_commits_as_it_prints(fake: FakeCluster) -> None:
+    fake.create_topic("f", 2)
+    process = await asyncio.create_subprocess_exec(
+        LAMINAR,
+        "consume",
+        "f",
+        "--group",
+        "follower",
+        "--follow",
+        "--format",
+        "value",
+        "--bootstrap",
+        fake.bootstrap,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        note = await asyncio.wait_for(process.stderr.readline(), 30)
+        assert note.startswith(b"% joined group follower")
+        async with Admin(fake.bootstrap) as admin:
+            for _ in range(200):  # joined: wait until it owns both partitions
+                described = await admin.describe_group("follower")
+                if described.members and len(described.members[0].assigned) == 2:
+                    break
+                await asyncio.sleep(0.05)
+            await cli(fake, "produce", "f", "--value", "v{i}", "-n", "3", "-p", "1")
+            lines = [await asyncio.wait_for(process.stdout.readline(), 10) for _ in range(3)]
+            assert [line.strip() for line in lines] == [b"v0", b"v1", b"v2"]
+            for _ in range(200):
+                offsets = await admin.fetch_offsets("follower")
+                if (
+                    offsets.get(TopicPartition("f", 1))
+                    and offsets[TopicPartition("f", 1)].offset == 3
+                ):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(f"printed records were not committed: {offsets}")
+    finally:
+        process.send_signal(signal.SIGINT)
+        await asyncio.wait_for(process.wait(), 30)
+    async with Admin(fake.bootstrap) as admin:
+        assert (await admin.describe_group("follower")).members == ()  # left on Ctrl-C

@@ -185,11 +185,11 @@ async def test_session_expiry_stops_reading_before_the_next_heartbeat(fake: Fake
         await until(lambda: len(a.assignment()) == 4, 10, a)
         member = a._member
         assert member is not None
-        # As if the process was stopped for longer than the session: no answer since then.
-        member.membership.last_reply_ms = -(10**9)
         for tp in TPS:
             put(fake, tp, 1)
         await asyncio.sleep(0.2)  # fetches may have buffered the new records
+        # As if the process was stopped for longer than the session: no answer since then.
+        member.membership.last_reply_ms = -(10**9)
         assert await a.getmany(timeout_ms=0) == []
         assert a.assignment() == []
         await until(lambda: bool(lost), 5)
@@ -231,3 +231,82 @@ async def test_admin_list_describe_reset_delete(fake: FakeCluster) -> None:
         await admin.delete_group("g")
         assert await admin.list_groups() == []
         assert (await admin.describe_group("g")).state == "empty"
+
+
+async def test_a_revocation_waits_until_the_member_polls_again(fake: FakeCluster) -> None:
+    """As in Kafka, where the revocation runs inside poll: while the application works on a
+    batch, nobody else gets its partitions; once it polls again, the revocation commits what
+    it processed and the next owner starts right after it (nothing read twice)."""
+    async with group_consumer(fake) as a, group_consumer(fake) as b:
+        await a.subscribe("t")
+        await until(lambda: len(a.assignment()) == 4, 10, a)
+        await until(lambda: all(a.position(tp) == 5 for tp in TPS), 5, a)
+        assert await a.getmany(timeout_ms=0) == []
+        for tp in TPS:
+            put(fake, tp, 3)
+        batch: list[ConsumerRecord] = []
+        await until(lambda: len(batch) == 12, 5, a, sink=batch)
+        # a is "processing" records 5..7 of every partition and does not poll; b joins.
+        await b.subscribe("t")
+        got: list[ConsumerRecord] = []
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            got += await b.getmany(timeout_ms=20)
+        assert b.assignment() == [] and got == [], "b read partitions a is still working on"
+        assert len(a.assignment()) == 4
+        # a polls again: done with its batch; the revocation commits 8 and releases two.
+        await until(lambda: len(b.assignment()) == 2, 10, a, b, sink=got)
+        await until(lambda: all(b.position(tp) == 8 for tp in b.assignment()), 5, a, b, sink=got)
+        assert got == [], "records a processed were delivered again"
+        assert [await b.committed(tp) for tp in b.assignment()] == [8, 8]
+
+
+async def test_static_member_comes_back_to_its_partitions(fake: FakeCluster) -> None:
+    b = group_consumer(fake)
+    async with b:
+        a = group_consumer(fake, group_instance_id="static-a")
+        await a.start()
+        await a.subscribe("t")
+        await b.subscribe("t")
+        await until(lambda: len(a.assignment()) == len(b.assignment()) == 2, 10, a, b)
+        a_parts, b_parts = set(a.assignment()), set(b.assignment())
+        await a.close()  # keeps its assignment for the next incarnation
+        again = group_consumer(fake, group_instance_id="static-a")
+        async with again:
+            await again.subscribe("t")
+            await until(lambda: len(again.assignment()) == 2, 10, again, b)
+            assert set(again.assignment()) == a_parts
+            assert set(b.assignment()) == b_parts
+
+
+async def test_leaving_on_an_error_commits_only_what_was_processed(fake: FakeCluster) -> None:
+    a = group_consumer(fake)
+    with pytest.raises(RuntimeError):
+        async with a:
+            await a.subscribe("t")
+            await until(lambda: len(a.assignment()) == 4, 10, a)
+            await until(lambda: all(a.position(tp) == 5 for tp in TPS), 5, a)
+            assert await a.getmany(timeout_ms=0) == []
+            for tp in TPS:
+                put(fake, tp, 2)
+            batch: list[ConsumerRecord] = []
+            await until(lambda: len(batch) == 8, 5, a, sink=batch)
+            raise RuntimeError("processing failed")
+    async with Admin(fake.bootstrap) as admin:
+        offsets = await admin.fetch_offsets("g")
+    assert {tp: o.offset for tp, o in offsets.items()} == dict.fromkeys(TPS, 5)
+
+
+async def test_assigned_consumer_with_a_group_commits_from_outside_it(fake: FakeCluster) -> None:
+    async with group_consumer(fake) as c:
+        await c.assign(TPS[:2])
+        await until(lambda: all(c.position(tp) == 5 for tp in TPS[:2]), 5, c)
+        await c.commit()  # member "" at epoch -1: allowed while the group has no members
+        assert [await c.committed(tp) for tp in TPS] == [5, 5, None, None]
+        async with group_consumer(fake) as member:
+            await member.subscribe("t")
+            await until(lambda: len(member.assignment()) == 4, 10, member)
+            with pytest.raises(GroupNotEmptyError):
+                await c.commit({TPS[0]: 1})
+            with pytest.raises(RuntimeError):
+                await c.subscribe("t")  # assign() and a subscription do not mix

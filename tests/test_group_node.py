@@ -162,6 +162,7 @@ async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_re
                 peers={1: f"127.0.0.1:{peer_port}"},
                 metadata_replicas=1,
                 tick_ms=10,
+                rack="r1",
                 groups=settings,
             )
         )
@@ -178,6 +179,8 @@ async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_re
                     await asyncio.sleep(0.1)
         epoch, assigned = await heartbeat(bootstrap, "g", "m1", 0, [TOPIC], [])
         assert assigned == {(TOPIC, p) for p in range(4)}
+        # the node's rack reaches the assignor (it prefers members in a replica's rack)
+        assert node.groups.replica_racks() == {(TOPIC, p): frozenset({"r1"}) for p in range(4)}
         for i in range(1, 600):  # ~3 checkpoints' worth of records
             await commit(bootstrap, "g", "m1", epoch, {(TOPIC, i % 4): i})
         internal = node.state.topics[INTERNAL_TOPIC]
@@ -303,3 +306,22 @@ async def test_the_internal_topic_is_the_clusters_own(cluster: ClusterHandle) ->
     async with Producer(bootstrap, acks="all") as producer:
         with pytest.raises(LaminarError):
             await (await producer.send(INTERNAL_TOPIC, b"x", partition=0))
+
+
+@pytest.mark.slow
+async def test_deleting_a_topic_removes_its_offsets_from_every_group(
+    cluster: ClusterHandle,
+) -> None:
+    bootstrap = cluster.bootstrap
+    async with Admin(bootstrap) as admin:
+        for topic in ("doomed", "kept"):
+            await admin.create_topic(topic, partitions=2, replication_factor=3)
+    offsets = {("doomed", 0): 3, ("doomed", 1): 4, ("kept", 0): 5}
+    await commit(bootstrap, "outside", "", -1, offsets)  # from outside the (empty) group
+    assert await committed(bootstrap, "outside") == offsets
+    async with Admin(bootstrap) as admin:
+        await admin.delete_topic("doomed")
+    deadline = asyncio.get_running_loop().time() + 10
+    while (found := await committed(bootstrap, "outside")) != {("kept", 0): 5}:
+        assert asyncio.get_running_loop().time() < deadline, found
+        await asyncio.sleep(0.2)

@@ -18,6 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from laminar.client import Admin
 from laminar.errors import CorruptBatchError
 from spark_source.cluster_io import read_range, snapshot
 from spark_source.options import parse_options
@@ -337,3 +338,54 @@ def test_a_batch_corrupt_on_one_replica_is_read_from_another(
         time.sleep(0.2)
     with pytest.raises(CorruptBatchError, match=r"every replica tried .* sent a corrupt batch"):
         list(read_range(part, options, schema))
+
+
+def test_group_id_stores_each_micro_batch_end_as_the_groups_committed_offsets(
+    spark: SparkSession,
+    laminar_cluster: ClusterHandle,
+    tmp_path: Path,
+) -> None:
+    topic, group = "spark-group", "spark-pipeline"
+    create_topic(laminar_cluster.bootstrap, topic, 3)
+    acked = _produced(laminar_cluster, topic, "g", 90, 3)
+
+    def ends_of(records: dict[tuple[int, int], bytes]) -> dict[int, int]:
+        return {p: max(o for q, o in records if q == p) + 1 for p in range(3)}
+
+    async def described() -> dict[int, tuple[int | None, int | None]]:
+        async with Admin(laminar_cluster.bootstrap) as admin:
+            description = await admin.describe_group(group)
+        return {row.partition: (row.committed, row.lag) for row in description.partitions}
+
+    def wait_rows(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while spark.sql("select count(*) from spark_group").collect()[0][0] < count:
+            assert time.monotonic() < deadline, f"the query never read {count} records"
+            time.sleep(0.2)
+
+    df = _reader(spark, laminar_cluster, topic, startingOffsets="earliest", groupId=group)
+    query = (
+        df.writeStream.trigger(processingTime="200 milliseconds")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .format("memory")
+        .queryName("spark_group")
+        .start()
+    )
+    try:
+        wait_rows(90)
+        # Spark hands a micro-batch's end to commit() when it plans the next batch, which
+        # needs new data: the group's offsets trail the query by one micro-batch.
+        first = ends_of(acked)
+        acked.update(_produced(laminar_cluster, topic, "h", 30, 3))
+        wait_rows(120)
+        deadline = time.monotonic() + 30
+        while not all((rows := asyncio.run(described())).get(p, (0,))[0] for p in range(3)):
+            assert time.monotonic() < deadline, f"no group offsets stored: {rows}"
+            time.sleep(0.5)
+    finally:
+        query.stop()
+    latest = ends_of(acked)
+    for p in range(3):
+        committed, lag = rows[p]
+        assert committed is not None and first[p] <= committed <= latest[p], (p, rows)
+        assert lag == latest[p] - committed, (p, rows)

@@ -108,6 +108,13 @@ class Consumer:
             on_partitions_revoked, on_partitions_assigned, on_partitions_lost
         )
         self._member: GroupMember | None = None
+        self._polling = asyncio.Event()
+        """Set while the application is inside getmany (and before its first call): it holds
+        no record it is still working on, so a revocation may run (group_member.py)."""
+        self._polling.set()
+        self._handed: dict[TopicPartition, int] = {}
+        """Group mode: per partition, the first offset the latest getmany returned. The
+        application may still be working on those records, so auto-commit stops there."""
 
     # lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -117,8 +124,12 @@ class Consumer:
             )
 
     async def close(self) -> None:
+        """Group mode: commits what was returned (auto-commit) and leaves the group."""
+        await self._close(failed=False)
+
+    async def _close(self, *, failed: bool) -> None:
         if self._member is not None and not self._closed:
-            await self._member.close()
+            await self._member.close(failed=failed)
         self._closed = True
         tasks = list(self._fetches.values())
         for task in tasks:
@@ -133,7 +144,8 @@ class Consumer:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        # Leaving on an error: the latest records returned may not have been processed.
+        await self._close(failed=exc_info[0] is not None)
 
     @property
     def cluster(self) -> Cluster:
@@ -219,13 +231,21 @@ class Consumer:
         self._error = error
         self._arrived.set()
 
-    def _group_positions(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self.position(tp) for tp in tps if tp in self._fetch_offsets}
+    def _group_positions(
+        self, tps: Iterable[TopicPartition], *, processed: bool = False
+    ) -> dict[TopicPartition, int]:
+        """Positions of ``tps``; ``processed``: stop before what the latest getmany returned."""
+        positions = {tp: self.position(tp) for tp in tps if tp in self._fetch_offsets}
+        if processed:
+            for tp, offset in self._handed.items():
+                if tp in positions:
+                    positions[tp] = offset
+        return positions
 
     def _group_drop(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        """Stop reading ``tps`` now (buffered records dropped); their positions."""
+        """Stop reading ``tps`` now (buffered records dropped); their processed positions."""
         gone = set(tps)
-        positions = self._group_positions(gone)
+        positions = self._group_positions(gone, processed=True)
         for tp in gone:
             self._forget(tp)
         self._assignment = [tp for tp in self._assignment if tp not in gone]
@@ -348,8 +368,19 @@ class Consumer:
         that cannot go on (e.g. its position fell out of range with auto_offset_reset="none").
         """
         self.cluster  # noqa: B018 - raises if not started
-        if self._member is not None:
-            self._member.before_poll()
+        # Inside getmany the application holds no record it has not finished with: a
+        # revocation runs now, never while it may still be working on a revoked partition.
+        self._polling.set()
+        try:
+            if self._member is not None:
+                await self._member.before_poll()
+            return await self._poll(timeout_ms, max_records)
+        finally:
+            self._polling.clear()
+
+    async def _poll(
+        self, timeout_ms: float | None, max_records: int | None
+    ) -> list[ConsumerRecord]:
         loop = asyncio.get_running_loop()
         wait = self.max_wait_ms if timeout_ms is None else timeout_ms
         deadline = loop.time() + wait / 1000
@@ -389,7 +420,10 @@ class Consumer:
         count = len(self._assignment)
         for step in range(count):
             index = (self._rotation + step) % count
-            buffered = self._buffers.get(self._assignment[index])
+            tp = self._assignment[index]
+            buffered = self._buffers.get(tp)
+            if buffered and self._member is not None and len(out) < limit:
+                self._handed.setdefault(tp, buffered[0].offset)
             while buffered and len(out) < limit:
                 out.append(buffered.popleft())
             if buffered is not None and not buffered and out:

@@ -131,6 +131,8 @@ class GroupMember:
         self._next_auto_commit = 0.0
         self._sent_join = False
         self._closing = False
+        self._revoke_done: asyncio.Future[None] | None = None
+        """Set while a revocation is under way: getmany waits for it before returning."""
 
     # ------------------------------------------------------------------------ public side
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -138,6 +140,7 @@ class GroupMember:
             self._wake.set()
         if self._heartbeats is None:
             self._heartbeats = asyncio.create_task(self._heartbeat_loop())
+            self._heartbeats.add_done_callback(self._task_done)
 
     @property
     def subscribed(self) -> bool:
@@ -145,9 +148,14 @@ class GroupMember:
         (member id "", epoch -1: accepted only while the group has no members)."""
         return self._heartbeats is not None
 
-    def before_poll(self) -> None:
-        """Called at the start of every getmany: session check, then maybe an auto-commit of
-        what earlier calls returned (the application is done with those)."""
+    async def before_poll(self) -> None:
+        """Called at the start of every getmany: a revocation waiting for the application to
+        finish its records runs to the end first (so no record of a revoked partition is
+        returned after it), then the session check and maybe an auto-commit of what earlier
+        calls returned (the application is done with those)."""
+        self.consumer._handed.clear()  # back in getmany: done with what it returned
+        while self._revoke_done is not None:
+            await asyncio.shield(self._revoke_done)
         self.check_session()
         if not self.enable_auto_commit or not self.membership.owned:
             return
@@ -155,7 +163,7 @@ class GroupMember:
         if now < self._next_auto_commit or self._auto_commit is not None:
             return
         self._next_auto_commit = now + self.auto_commit_interval
-        offsets = self._consumed_offsets()
+        offsets = self._consumed_offsets(processed=True)
         if offsets:
             self._auto_commit = asyncio.create_task(self._background_commit(offsets))
 
@@ -184,8 +192,11 @@ class GroupMember:
         found = await self.client.fetch_offsets(self.group, [tp])
         return found[tp].offset if tp in found else None
 
-    async def close(self) -> None:
-        """Commit (auto-commit), run the revoke listener, leave the group at once."""
+    async def close(self, *, failed: bool = False) -> None:
+        """Commit (auto-commit), run the revoke listener, leave the group at once.
+
+        Auto-commit commits everything returned so far, or with ``failed`` (the application
+        stopped on an error) only up to what the latest getmany returned."""
         self._closing = True
         for task in (self._heartbeats, self._reconciling):
             if task is not None:
@@ -198,7 +209,10 @@ class GroupMember:
             await asyncio.gather(self._auto_commit, return_exceptions=True)
         owned = set(self.membership.owned)
         if owned:
+            returned = self.consumer._group_positions(owned)
             positions = self._drop(owned)
+            if not failed:
+                positions = returned
             self._revoking.update(positions)
             try:
                 if self.enable_auto_commit:
@@ -262,6 +276,7 @@ class GroupMember:
                 self._replied = asyncio.Event()
                 if member.plan() and (self._reconciling is None or self._reconciling.done()):
                     self._reconciling = asyncio.create_task(self._reconcile())
+                    self._reconciling.add_done_callback(self._task_done)
             await self._sleep(member.heartbeat_interval_ms / 1000)
 
     async def _sleep(self, seconds: float) -> None:
@@ -297,15 +312,24 @@ class GroupMember:
             await self._assign(set(plan.assign), generation)
 
     async def _revoke(self, revoke: Partitions) -> None:
-        positions = self._drop(revoke)
-        self._revoking.update(positions)
+        """Give up ``revoke`` once the application is inside getmany (as in Kafka, where the
+        revocation runs inside poll): until then it may still be working on records of them,
+        and their next owner must not start before it is done."""
+        done = self._revoke_done = asyncio.get_running_loop().create_future()
         try:
-            if self.enable_auto_commit:
-                await self._commit_quietly(_with_metadata(positions))
-            await self._run_listener(self.listener.on_partitions_revoked, revoke)
+            await self.consumer._polling.wait()
+            positions = self._drop(revoke)
+            self._revoking.update(positions)
+            try:
+                if self.enable_auto_commit:
+                    await self._commit_quietly(_with_metadata(positions))
+                await self._run_listener(self.listener.on_partitions_revoked, revoke)
+            finally:
+                for tp in revoke:
+                    self._revoking.pop(tp, None)
         finally:
-            for tp in revoke:
-                self._revoking.pop(tp, None)
+            self._revoke_done = None
+            done.set_result(None)
 
     async def _assign(self, assign: Partitions, generation: int) -> None:
         member = self.membership
@@ -339,9 +363,10 @@ class GroupMember:
         await self._run_listener(self.listener.on_partitions_assigned, take)
 
     # -------------------------------------------------------------------------- commits
-    def _consumed_offsets(self) -> dict[TopicPartition, OffsetAndMetadata]:
+    def _consumed_offsets(self, processed: bool = False) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Positions after what was returned (``processed``: before the latest getmany's)."""
         mine = self.membership.owned if self.subscribed else self.consumer.assignment()
-        positions = self.consumer._group_positions(mine)
+        positions = self.consumer._group_positions(mine, processed=processed)
         positions.update(self._revoking)
         return {
             tp: OffsetAndMetadata(offset)
@@ -391,6 +416,14 @@ class GroupMember:
             self._auto_commit = None
 
     # ----------------------------------------------------------------------------- glue
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A bug in the membership must not go unnoticed: the next getmany raises it."""
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            log.error("group membership task failed", group=self.group, error=repr(error))
+            assert error is not None
+            self.consumer._report(error)
+
     def _drop(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return self.consumer._group_drop(tps)
 

@@ -47,6 +47,7 @@ T = TypeVar("T")
 
 RETRY_BACKOFF = 0.05
 MAX_BACKOFF = 1.0
+MAX_HOPS = 3
 
 
 def coordinator_shard(group: str, shards: int) -> int:
@@ -98,28 +99,24 @@ class GroupClient:
 
     async def _call(
         self,
-        group: str | None,
+        group: str,
         fill: Callable[[Any], None],
         convert: Callable[[Any], T],
         *,
         timeout: float | None = None,
-        connection: Connection | None = None,
     ) -> T:
-        """Send to ``group``'s coordinator (or ``connection``), retrying until ``timeout``."""
+        """Send to ``group``'s coordinator, retrying until ``timeout``."""
         loop = asyncio.get_running_loop()
         budget = self.timeout if timeout is None else timeout
         deadline = loop.time() + budget
         delay = RETRY_BACKOFF
+        hops = 0  # NotLeader hints followed without a pause (bounded: hints can be stale)
         while True:
             tp: TopicPartition | None = None
-            address = connection.address if connection is not None else ""
+            address = ""
             try:
-                if connection is not None:
-                    target = connection
-                else:
-                    assert group is not None
-                    target, tp = await self._coordinator_connection(group)
-                    address = target.address
+                target, tp = await self._coordinator_connection(group)
+                address = target.address
                 remaining = max(deadline - loop.time(), 0.05)
                 reply, _ = await target.request(fill, timeout=min(remaining, self.timeout))
                 return convert(reply.body)
@@ -132,11 +129,13 @@ class GroupClient:
                 if (
                     isinstance(exc, NotLeaderError)
                     and tp is not None
-                    and connection is None
                     and self.cluster.note_leader(tp, exc.leader_id, exc.leader_address)
                     and self.cluster.leader_for(tp) != _node_of(self.cluster, address)
+                    and hops < MAX_HOPS
                 ):
+                    hops += 1
                     continue  # told where the coordinator is: go there now
+                hops = 0
                 await asyncio.sleep(min(delay, max(deadline - loop.time(), 0)))
                 delay = min(delay * 2, MAX_BACKOFF)
                 try:
@@ -267,15 +266,19 @@ class GroupClient:
         def fill(body: Any) -> None:
             body.listGroups = None
 
+        budget = self.timeout if timeout is None else timeout
+
         async def ask(address: str) -> list[GroupSummary]:
-            connection = await self.cluster.connection_to(address)
-            return await self._call(
-                None,
-                fill,
-                lambda b: summaries_from_reader(b.groups),
-                timeout=timeout,
-                connection=connection,
-            )
+            # One try each: a node that cannot be reached coordinates nothing (its shards'
+            # leadership moves to live nodes, which then list those groups).
+            try:
+                connection = await self.cluster.connection_to(address)
+                reply, _ = await connection.request(fill, timeout=budget)
+            except (ConnectionError, OSError, RequestTimeoutError) as exc:
+                log.debug("list groups: node unreachable", address=address, error=str(exc))
+                self.cluster.drop_connection(address)
+                return []
+            return summaries_from_reader(reply.body.groups)
 
         answers = await asyncio.gather(*(ask(a) for a in sorted(set(metadata.brokers.values()))))
         merged: dict[str, GroupSummary] = {}

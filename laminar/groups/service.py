@@ -129,6 +129,18 @@ class GroupService:
         for driver in self._drivers.values():
             driver.topics_changed()
 
+    def replica_racks(self) -> dict[tuple[str, int], frozenset[str]]:
+        """The racks holding each partition's replicas (nodes started with ``--rack``)."""
+        racks = {n: info.rack for n, info in self._state.nodes.items() if info.rack}
+        if not racks:
+            return {}
+        return {
+            (name, index): frozenset(racks[n] for n in assignment.replicas if n in racks)
+            for name, topic in self._state.topics.items()
+            if not is_internal(name)
+            for index, assignment in enumerate(topic.partitions)
+        }
+
     def topic_partitions(self) -> dict[str, int]:
         return {
             name: len(topic.partitions)
@@ -144,6 +156,7 @@ class GroupService:
             replica,
             self.config,
             self.topic_partitions,
+            self.replica_racks,
             lambda: int(time.time() * 1000),
             self._runtime.wake,
             self._trimmed,

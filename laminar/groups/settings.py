@@ -30,4 +30,5 @@ class GroupSettings:
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             offsets_retention_ms=self.offsets_retention_ms,
+            rack_aware=True,  # without racks (no --rack) this changes nothing
         )

@@ -66,6 +66,7 @@ class ShardDriver:
         replica: Replica,
         config: CoordinatorConfig,
         topics: Callable[[], Mapping[str, int]],
+        replica_racks: Callable[[], Mapping[tuple[str, int], frozenset[str]]],
         now_ms: Callable[[], int],
         wake: Callable[[Replica], None],
         trimmed: Callable[[Replica, int], None],
@@ -77,6 +78,7 @@ class ShardDriver:
         self.term = replica.raft.term
         self.config = config
         self._topics = topics
+        self._replica_racks = replica_racks
         self._now_ms = now_ms
         self._wake = wake
         self._trimmed = trimmed
@@ -135,6 +137,7 @@ class ShardDriver:
     def topics_changed(self) -> None:
         if self.coordinator is None or not self._usable():
             return
+        self.coordinator.set_replica_racks(self._replica_racks())
         self.coordinator.topics_changed(self._topics(), self._now_ms())
         self._schedule_append()
 
@@ -180,7 +183,9 @@ class ShardDriver:
                 raise NotLeaderError("leadership lost while loading")
             records = self._replay(replica.log.start_offset, replica.raft.commit + 1)
             self._since_checkpoint = len(records)
-            self.coordinator = Coordinator(self.config, self._topics(), self._now_ms(), records)
+            self.coordinator = Coordinator(
+                self.config, self._topics(), self._now_ms(), records, self._replica_racks()
+            )
         except (LaminarError, OSError) as exc:
             self.end(f"could not load: {exc}")
             if isinstance(exc, CorruptLogError):  # offline and repaired; another replica leads

@@ -38,6 +38,8 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
+    rack: str = ""
+    """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
     log_format: str = "console"
     log_level: str = "info"

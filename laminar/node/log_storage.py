@@ -26,13 +26,21 @@ def control_entry_batch(entry: Entry) -> bytearray:
     return data
 
 
+_CORE_KINDS = frozenset((EntryKind.NOOP, EntryKind.CONFIG))
+
+
 def batch_to_entry(view: memoryview) -> Entry:
+    """A stored batch as a Raft entry: the core's own NOOP and CONFIG control batches come back
+    as (kind, payload); every other batch, including control batches the node writes itself
+    (queue state, ``laminar.queues``), is a NORMAL entry of its bytes."""
     header = record_batch.read_header(view)
     last = header.base_offset + header.last_offset_delta
     if record_batch.is_control(header):
         record = record_batch.decode_records(view)[0]
-        kind = EntryKind(_KIND.unpack(record.key or b"\0\0")[0])
-        return Entry(header.term, header.base_offset, last, kind, record.value or b"")
+        kind = _KIND.unpack(record.key or b"\0\0")[0]
+        if kind in _CORE_KINDS:
+            payload = record.value or b""
+            return Entry(header.term, header.base_offset, last, EntryKind(kind), payload)
     return Entry(header.term, header.base_offset, last, EntryKind.NORMAL, view)
 
 

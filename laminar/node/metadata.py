@@ -70,6 +70,9 @@ class NodeInfo:
     node_id: int
     client_address: str
     peer_address: str
+    rack: str = ""
+    """The operator's failure domain (``--rack``); consumer groups prefer a member in the
+    rack of a partition's replica when choosing between equally loaded members."""
 
 
 @dataclass(slots=True)
@@ -123,7 +126,12 @@ class MetadataState:
     def apply(self, command: dict[str, Any]) -> Any:
         op = command.get("op")
         if op == "register_node":
-            info = NodeInfo(command["node_id"], command["client_address"], command["peer_address"])
+            info = NodeInfo(
+                command["node_id"],
+                command["client_address"],
+                command["peer_address"],
+                command.get("rack", ""),
+            )
             self.nodes[info.node_id] = info
             return info
         if op == "create_topic":

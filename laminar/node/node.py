@@ -194,6 +194,7 @@ class Node:
             "client_address": self.config.listen,
             "peer_address": self.config.advertise_peer,
             "incarnation": self.amnesia.incarnation,
+            "rack": self.config.rack,
         }
         while True:
             try:
@@ -258,8 +259,8 @@ class Node:
 
     def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
-        if op in ("create_topic", "delete_topic") and isinstance(result, Topic):
-            self.groups.topics_changed()
+        if op in ("create_topic", "delete_topic", "register_node", "finish_move"):
+            self.groups.topics_changed()  # partition counts, or where replicas (racks) are
         if op == "create_topic" and isinstance(result, Topic):
             for partition, assignment in enumerate(result.partitions):
                 if self.node_id in assignment.replicas:
