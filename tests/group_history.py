@@ -100,7 +100,7 @@ class History:
     intervals: dict[int, list[Interval]]
     """Per partition, every member's ownership intervals."""
     processed: dict[tuple[int, int], list[tuple[float, str, Interval | None, int]]]
-    """(partition, offset) -> [(time, member, interval, seq)] in log order."""
+    """(partition, offset) -> [(time, member, interval, seq)] in time order."""
     violations: list[str]
 
 

@@ -6,7 +6,7 @@ listener commits the partitions it gives up. Everything it sees goes to its own 
 object per line, each written with a single write() so a line is in the page cache before the
 worker acts on it and survives a SIGKILL (a torn last line is possible and skipped by readers):
 
-    {"t": ..., "ev": "ready"}                         connected, about to subscribe
+    {"t": ..., "ev": "ready", "pid": ...}             connected, about to subscribe (join)
     {"t": ..., "ev": "assigned"|"revoked"|"lost", "tps": [partition, ...]}
     {"t": ..., "ev": "records", "recs": [[partition, offset, seq], ...]}
     {"t": ..., "ev": "commit", "ok": true|false, "offsets": {partition: offset},
@@ -20,10 +20,9 @@ partitions until then. Signals: SIGTERM closes the consumer (revoke listener, le
 SIGUSR1 makes the worker SIGSTOP itself right after it logs its next batch, before committing
 it (a zombie holding processed, uncommitted records); SIGHUP makes it wait 10 s (its
 heartbeats go on) between logging its next batch and committing it, so a SIGKILL then leaves
-processed records uncommitted; SIGUSR2 lets a worker started with ``--wait-go`` join (so a
-restarted static member joins as soon as its predecessor is killed).
+processed records uncommitted.
 
-    python -m tests.group_worker BOOTSTRAP TOPIC GROUP LOG [--instance ID] [--wait-go]
+    python -m tests.group_worker BOOTSTRAP TOPIC GROUP LOG [--instance ID]
 """
 
 from __future__ import annotations
@@ -62,7 +61,6 @@ class Worker:
         self.next: dict[int, int] = {}
         """Next offset to commit per partition, for what this ownership processed."""
         self.stop = asyncio.Event()
-        self.go = asyncio.Event()
         self.pause_next = False
         self.hold_next = False
 
@@ -101,7 +99,6 @@ class Worker:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, self.stop.set)
         loop.add_signal_handler(signal.SIGUSR1, self._arm_pause)
-        loop.add_signal_handler(signal.SIGUSR2, self.go.set)
         loop.add_signal_handler(signal.SIGHUP, self._arm_hold)
         args = self.args
         self.consumer = Consumer(
@@ -116,8 +113,6 @@ class Worker:
             on_partitions_lost=self.on_lost,
         )
         await self.consumer.start()
-        if args.wait_go:
-            await self.go.wait()
         self.log.write("ready", pid=os.getpid())
         try:
             await self.consumer.subscribe([args.topic])
@@ -160,7 +155,6 @@ def main() -> None:
     parser.add_argument("group")
     parser.add_argument("log")
     parser.add_argument("--instance", default=None)
-    parser.add_argument("--wait-go", action="store_true")
     # The client logs retries at debug level; the worker's output file only needs warnings.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     asyncio.run(Worker(parser.parse_args()).run())
