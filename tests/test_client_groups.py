@@ -310,3 +310,29 @@ async def test_assigned_consumer_with_a_group_commits_from_outside_it(fake: Fake
                 await c.commit({TPS[0]: 1})
             with pytest.raises(RuntimeError):
                 await c.subscribe("t")  # assign() and a subscription do not mix
+
+
+async def test_a_revocation_waiting_for_the_application_ends_when_the_member_is_fenced(
+    fake: FakeCluster,
+) -> None:
+    """A member busy with a batch (not polling) has a revocation waiting when it is fenced:
+    its partitions are reported lost, never revoked as well, and its next incarnation takes
+    its new share at once (reconciliation does not stay stuck behind the old revocation)."""
+    revoked: list[set[TopicPartition]] = []
+    lost: list[set[TopicPartition]] = []
+    a = group_consumer(fake, on_partitions_revoked=revoked.append, on_partitions_lost=lost.append)
+    async with a, group_consumer(fake) as b:
+        await a.subscribe("t")
+        await until(lambda: len(a.assignment()) == 4, 10, a)
+        member = a._member
+        assert member is not None
+        await b.subscribe("t")
+        await until(lambda: member._revoke_done is not None, 5, b)  # waits for a to poll
+        shard = next(c for c in fake.groups.shards.values() if "g" in c.state.groups)
+        shard.leave("g", member.membership.member_id, member.membership.epoch, 0)
+        shard.take_batch()
+        shard.records_committed(shard.written)
+        await until(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 10, b)
+        assert lost == [set(TPS)] and revoked == []
+        await until(lambda: len(a.assignment()) == 2, 5, a)
+        assert revoked == [], "partitions reported lost were revoked as well"

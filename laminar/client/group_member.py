@@ -133,6 +133,9 @@ class GroupMember:
         self._closing = False
         self._revoke_done: asyncio.Future[None] | None = None
         """Set while a revocation is under way: getmany waits for it before returning."""
+        self._lost = asyncio.Event()
+        """Set when everything owned is lost (a new generation): a revocation waiting for the
+        application to come back into getmany has nothing left to give up."""
 
     # ------------------------------------------------------------------------ public side
     def subscribe(self, topics: Iterable[str]) -> None:
@@ -172,6 +175,7 @@ class GroupMember:
         stop handing out records of those partitions now, before any other await."""
         if self.membership.session_expired(_now_ms()):
             lost = self.membership.expire()
+            self._lost.set()
             log.warning("group session expired; partitions lost", group=self.group, lost=len(lost))
             self._drop(lost)
             self._spawn_listener(self.listener.on_partitions_lost, lost)
@@ -285,6 +289,7 @@ class GroupMember:
 
     async def _fenced(self, error: LaminarError) -> None:
         lost = self.membership.fenced()
+        self._lost.set()
         log.warning(
             "group member fenced; partitions lost, joining again",
             group=self.group,
@@ -304,20 +309,24 @@ class GroupMember:
                 return
             generation = member.generation
             if plan.revoke:
-                await self._revoke(set(plan.revoke))
+                await self._revoke(set(plan.revoke), generation)
                 if generation == member.generation:
                     member.revoked(plan.revoke)
                     self._wake.set()  # releasing them is what lets their next owner start
                 continue
             await self._assign(set(plan.assign), generation)
 
-    async def _revoke(self, revoke: Partitions) -> None:
+    async def _revoke(self, revoke: Partitions, generation: int) -> None:
         """Give up ``revoke`` once the application is inside getmany (as in Kafka, where the
         revocation runs inside poll): until then it may still be working on records of them,
-        and their next owner must not start before it is done."""
+        and their next owner must not start before it is done. If they are lost meanwhile
+        (fenced, session expired), they were reported to ``on_partitions_lost`` already: no
+        revocation then, and the next incarnation's reconciliation goes on at once."""
         done = self._revoke_done = asyncio.get_running_loop().create_future()
         try:
-            await self.consumer._polling.wait()
+            await self._until_polling(generation)
+            if generation != self.membership.generation:
+                return
             positions = self._drop(revoke)
             self._revoking.update(positions)
             try:
@@ -330,6 +339,19 @@ class GroupMember:
         finally:
             self._revoke_done = None
             done.set_result(None)
+
+    async def _until_polling(self, generation: int) -> None:
+        """Wait until the application is inside getmany, or ``generation`` is over."""
+        polling = self.consumer._polling
+        if polling.is_set() or generation != self.membership.generation:
+            return
+        lost = self._lost = asyncio.Event()
+        waits = [asyncio.ensure_future(polling.wait()), asyncio.ensure_future(lost.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def _assign(self, assign: Partitions, generation: int) -> None:
         member = self.membership
