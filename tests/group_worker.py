@@ -23,6 +23,7 @@ heartbeats go on) between logging its next batch and committing it, so a SIGKILL
 processed records uncommitted.
 
     python -m tests.group_worker BOOTSTRAP TOPIC GROUP LOG [--instance ID]
+        [--rebalance-timeout-ms MS]
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class Worker:
             group_instance_id=args.instance,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            rebalance_timeout_ms=args.rebalance_timeout_ms,
             max_wait_ms=200,
             on_partitions_revoked=self.on_revoked,
             on_partitions_assigned=self.on_assigned,
@@ -155,6 +157,7 @@ def main() -> None:
     parser.add_argument("group")
     parser.add_argument("log")
     parser.add_argument("--instance", default=None)
+    parser.add_argument("--rebalance-timeout-ms", type=int, default=60_000)
     # The client logs retries at debug level; the worker's output file only needs warnings.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     asyncio.run(Worker(parser.parse_args()).run())

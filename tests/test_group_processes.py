@@ -65,6 +65,7 @@ from tests.group_history import (
     unjustified_duplicates,
     unprocessed,
 )
+from tests.group_worker import HOLD_SECONDS
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,6 +83,7 @@ NODE_ARGS = [
 ]
 REPO = Path(__file__).resolve().parents[1]
 RATE = 200  # records per second, over all partitions
+REBALANCE_TIMEOUT_MS = 2_000  # the zombie's: how long it may take to give partitions up
 
 
 def say(message: str) -> None:
@@ -118,11 +120,15 @@ class Workers:
         self.uncommitted: list[tuple[int, int]] = []
         """Records a killed member processed and never committed: someone processes them again."""
 
-    def start(self, name: str, instance: str | None = None) -> None:
+    def start(
+        self, name: str, instance: str | None = None, rebalance_timeout_ms: int | None = None
+    ) -> None:
         args = [sys.executable, "-m", "tests.group_worker", self.bootstrap, self.topic]
         args += [self.group, str(self.root / f"{name}.events")]
         if instance is not None:
             args += ["--instance", instance]
+        if rebalance_timeout_ms is not None:
+            args += ["--rebalance-timeout-ms", str(rebalance_timeout_ms)]
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -703,7 +709,7 @@ async def test_a_paused_member_is_fenced(tmp_path: Path) -> None:
         await create_topic(cluster.bootstrap, topic, partitions)
         await feed.start()
         await poller.start()
-        workers.start("zombie")
+        workers.start("zombie", rebalance_timeout_ms=REBALANCE_TIMEOUT_MS)
         workers.start("b")
         await wait_until(
             lambda: balanced(workers.owned(), ["zombie", "b"], partitions),
@@ -713,6 +719,7 @@ async def test_a_paused_member_is_fenced(tmp_path: Path) -> None:
         )
         await pause_and_resume(workers, poller, partitions, self_stop=True)
         await pause_and_resume(workers, poller, partitions, self_stop=False)
+        await revocation_times_out(workers, poller, partitions)
         await feed.stop()
         await wait_until(lambda: drained(workers, feed), 30, "members to drain", workers.explain)
         problems = await workers.terminate(15)
@@ -811,6 +818,75 @@ async def pause_and_resume(
             if t > resumed and p in old and o not in allowed[p] and o != at_resume.get(p)
         }
         assert not stray, f"committed offsets {stray} seen at {t:.3f} came from no owner's commit"
+
+
+async def revocation_times_out(workers: Workers, poller: OffsetPoller, partitions: int) -> None:
+    """A member busy with a batch (outside getmany, heartbeats going on) when a joining member
+    takes partitions from it misses its rebalance timeout: the coordinator fences it. Its
+    commit of that batch fails, it reads nothing of its old partitions until assigned again,
+    and the group settles with the three members."""
+    await asyncio.sleep(1.0)
+    old = workers.owned()["zombie"]
+    workers.signal("zombie", signal.SIGHUP)  # it holds its next batch (10 s) before committing
+    await wait_until(
+        lambda: any(e["ev"] == "holding" for e in workers.events("zombie")),
+        10,
+        "the member to hold a batch",
+        workers.explain,
+    )
+    holding = [e["t"] for e in workers.events("zombie") if e["ev"] == "holding"][-1]
+    workers.start("c")
+    took = await wait_until(
+        lambda: balanced(workers.owned(), ["zombie", "b", "c"], partitions),
+        30,
+        "the group to settle with c after the busy member was fenced",
+        lambda: workers.explain(holding),
+    )
+    await wait_until(  # the commit of the batch it held
+        lambda: any(e["ev"] == "commit" and e["t"] > holding for e in workers.events("zombie")),
+        HOLD_SECONDS + 5,
+        "the busy member to commit its batch",
+        lambda: workers.explain(holding),
+    )
+    events = [e for e in workers.events("zombie") if e["t"] > holding]
+    changes = [(e["ev"], e["tps"]) for e in events if e["ev"] in ("assigned", "revoked", "lost")]
+    commits = [e for e in events if e["ev"] == "commit"]
+    say(
+        f"busy member fenced by its rebalance timeout: settled {took:.2f}s after it got busy; "
+        f"its changes {changes}; the commit of its batch {commits[:1]}"
+    )
+    assert changes and changes[0][0] == "lost", f"expected it to lose {sorted(old)}: {changes}"
+    # The batch it held is committed once it is done, as the member it is by then: that
+    # succeeds only for partitions its new incarnation was assigned again meanwhile.
+    stray = commits_without_owning(events, old)
+    assert not stray, f"the fenced member committed partitions it did not own: {stray}"
+    reassigned: set[int] = set()
+    for e in events:
+        if e["ev"] == "assigned":
+            reassigned |= set(e["tps"])
+        if e["ev"] == "records":
+            early = {r[0] for r in e["recs"] if r[0] in old and r[0] not in reassigned}
+            assert not early, f"fenced member processed {early} before re-assignment: {e}"
+
+
+def commits_without_owning(events: list[dict], owned_before: set[int]) -> list[dict]:
+    """Successful commits of partitions the member did not own (by its own log) when it
+    started the commit; it owned ``owned_before`` before ``events``."""
+    owned = set(owned_before)
+    out = []
+    timeline = sorted(
+        [(e["t"], 1, e) for e in events if e["ev"] in ("assigned", "revoked", "lost")]
+        + [(e["t0"], 0, e) for e in events if e["ev"] == "commit" and e["ok"]],
+        key=lambda x: (x[0], x[1]),
+    )
+    for _, _, e in timeline:
+        if e["ev"] == "assigned":
+            owned |= set(e["tps"])
+        elif e["ev"] in ("revoked", "lost"):
+            owned -= set(e["tps"])
+        elif {int(p) for p in e["offsets"]} - owned:
+            out.append(e)
+    return out
 
 
 def _records(events: list[dict], after: float) -> list[list[int]]:
