@@ -25,7 +25,10 @@ issue's scenario in phases on one 3-node cluster, 12 partitions, RF 3:
 The second test pauses a member (SIGSTOP) past its session timeout, twice: once right after it
 processed a batch it has not committed, once at a random moment. Resumed, it cannot commit,
 reads nothing of its old partitions until assigned again, and never moves the group's
-committed offsets.
+committed offsets. Then the member holds a batch (busy outside getmany, heartbeats going on)
+while another member joins: it misses its rebalance timeout and is fenced; it commits only
+what it owns again, and reads nothing of its old partitions until assigned again. The same
+history checks as above run at the end.
 """
 
 from __future__ import annotations
