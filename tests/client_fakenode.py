@@ -105,6 +105,8 @@ class Faults:
     """Close the connection instead of answering this many produce requests (after writing)."""
     produce_delay: float = 0.0
     fetch_errors: dict[tuple[str, int], deque[LaminarError]] = field(default_factory=dict)
+    fetch_delay: dict[int, float] = field(default_factory=dict)
+    """Seconds a node waits before it handles a fetch, per node id."""
     damage_fetches: int = 0
     """Flip a byte in the payload of this many fetch responses (damage on the wire)."""
 
@@ -296,6 +298,8 @@ class FakeNode(GroupHandlers):
         cluster.fetch_requests.append(
             (self.node_id, [(a.topic, a.partition, a.offset) for a in asks])
         )
+        if cluster.faults.fetch_delay.get(self.node_id):
+            await asyncio.sleep(cluster.faults.fetch_delay[self.node_id])
         checked: list[FakePartition | LaminarError] = []
         for ask in asks:
             try:

@@ -263,3 +263,29 @@ async def test_reassigning_while_a_long_poll_is_in_flight(fake: FakeCluster) -> 
             await consumer.seek_to_beginning(tp)
             records = await drain(consumer, 2)
             assert [r.value for r in records] == [b"a", b"b"]
+
+
+async def test_two_fetches_of_a_partition_in_flight_deliver_its_records_once(
+    fake: FakeCluster,
+) -> None:
+    """A leader change while a long poll is parked on the old leader: the consumer fetches the
+    partition from the new leader too, and both answers carry the same records (the second
+    one after the first was handed out). Only the first answer for a position counts (the
+    other is stale), so nothing is delivered twice."""
+    async with Consumer(fake.bootstrap, auto_offset_reset="earliest", max_wait_ms=2000) as c:
+        await c.assign([T0])
+        assert await c.getmany(timeout_ms=100) == []  # a long poll is now parked on the leader
+        old = fake.partition(*T0).leader
+        new = old % 3 + 1
+        fake.move_leader("t", 0, new)  # the parked request passed the leader check already
+        fake.faults.fetch_delay[new] = 0.3
+        await c.cluster.refresh_metadata()
+        assert await c.getmany(timeout_ms=50) == []  # and one more, to the new leader
+        assert {node for node, _ in fake.fetch_requests[-2:]} == {old, new}
+        put(fake, T0, [b"a", b"b", b"c"])  # the old leader answers now, the new one later
+        got = []
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            got += await c.getmany(timeout_ms=50)
+        assert [r.offset for r in got] == [0, 1, 2]
+        assert c.position(T0) == 3

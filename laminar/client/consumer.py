@@ -486,6 +486,10 @@ class Consumer:
             tp = TopicPartition(result.topic, result.partition)
             if tp not in offsets or self._epochs[tp] != offsets[tp][1]:
                 continue  # sought or unassigned while the fetch was in flight
+            if self._fetch_offsets.get(tp) != offsets[tp][0]:
+                # Another fetch of it (to another node, after a leader change) was taken
+                # while this one was in flight: this answer is stale, its records delivered.
+                continue
             self._take_result(tp, offsets[tp][0], result, payload)
 
     def _take_result(
