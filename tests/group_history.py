@@ -289,3 +289,28 @@ def timeline(members: Iterable[Member], since: float = 0.0, limit: int = 60) -> 
             rows.append((m.killed_at, f"{m.killed_at:.3f} {m.name:>8} SIGKILL"))
     rows.sort()
     return "\n".join(r for _, r in rows[-limit:])
+
+
+def commits_without_owning(events: list[dict], owned_before: set[int]) -> list[dict]:
+    """Successful commits of partitions the member did not own (by its own log) when it
+    started the commit; it owned ``owned_before`` before ``events``."""
+    owned = set(owned_before)
+    out = []
+    timeline = sorted(
+        [(e["t"], 1, e) for e in events if e["ev"] in ("assigned", "revoked", "lost")]
+        + [(e["t0"], 0, e) for e in events if e["ev"] == "commit" and e["ok"]],
+        key=lambda x: (x[0], x[1]),
+    )
+    for _, _, e in timeline:
+        if e["ev"] == "assigned":
+            owned |= set(e["tps"])
+        elif e["ev"] in ("revoked", "lost"):
+            owned -= set(e["tps"])
+        elif {int(p) for p in e["offsets"]} - owned:
+            out.append(e)
+    return out
+
+
+def records_after(events: list[dict], after: float) -> list[list[int]]:
+    """[partition, offset, seq] of every record processed after ``after``, in order."""
+    return [r for e in events if e["ev"] == "records" and e["t"] > after for r in e["recs"]]
