@@ -6,7 +6,9 @@ positions are committed to the cluster.
 
 At most one fetch is in flight per node, covering every assigned partition that node leads and
 that has no records buffered. Results of a fetch that was in flight during a ``seek`` are
-dropped (each partition has an epoch that a seek bumps), so a seek is exact.
+dropped (each partition has an epoch that a seek bumps), so a seek is exact. After a leader
+change a partition can be in two fetches at once (one parked on the old leader): only an
+answer for the position it still has counts, so no record is delivered twice.
 """
 
 from __future__ import annotations
