@@ -54,7 +54,6 @@ from typing import Literal
 from laminar.errors import InvalidRequestError, LaminarError, ReceiptExpiredError
 from laminar.groups.coordinator import Reply
 from laminar.queues.records import (
-    DONE,
     Acked,
     Acquired,
     Archived,
@@ -169,6 +168,7 @@ class SharePartition:
         self._delays: list[tuple[int, int]] = []  # (due, offset)
         self._ready: list[int] = []  # AVAILABLE slots that are due (may hold stale entries)
         self._dead: list[int] = []  # ARCHIVING offsets not handed to the driver yet
+        self._dead_out: set[int] = set()  # ARCHIVING offsets handed out, copy not confirmed
         self._rebuild_indexes(now_ms)
         if start is not None and start > self.state.start:
             self._write(StartMoved(start))
@@ -235,10 +235,11 @@ class SharePartition:
         self._end = max(self._end, min(end, self.window_end))
 
     def skip(self, first: int, end: int) -> None:
-        """Offsets ``[first, end)`` hold no record (control batch, no-op entry): done."""
+        """Offsets ``[first, end)`` hold no record (control batch, no-op entry): done. Only
+        offsets that are available or acquired change (an archived one holds a record)."""
         self._alive()
         lo, hi = self._range(first, end)
-        todo = [o for o in range(lo, hi) if self._slot_state(o) not in DONE]
+        todo = [o for o in range(lo, hi) if self._slot_state(o) in (None, AVAILABLE, ACQUIRED)]
         if todo:
             self._settled(todo)
             self._write(Acked(runs_of(todo)))
@@ -269,6 +270,7 @@ class SharePartition:
             self._write(StartMoved(offset))
             for o in [o for o in self._deadline if o < offset]:
                 del self._deadline[o]
+            self._dead_out = {o for o in self._dead_out if o >= offset}
             self._cursor = max(self._cursor, self.state.start)
 
     # ------------------------------------------------------------------ members
@@ -468,19 +470,24 @@ class SharePartition:
             o = heapq.heappop(dead)
             slot = slots.get(o)
             if slot is not None and slot.state == ARCHIVING:
+                self._dead_out.add(o)
                 out.append(DeadLetter(o, slot.count, slot.reason))
         return out
 
     def dead_letters_failed(self, offsets: Iterable[int]) -> None:
+        """Copies that did not become durable: hand these out again."""
+        self._alive()
         for o in offsets:
-            slot = self.state.slots.get(o)
-            if slot is not None and slot.state == ARCHIVING:
-                heapq.heappush(self._dead, o)
+            if o in self._dead_out:
+                self._dead_out.discard(o)
+                if self._slot_state(o) == ARCHIVING:
+                    heapq.heappush(self._dead, o)
 
     def dead_letters_copied(self, offsets: Iterable[int]) -> Reply[None]:
         """The copies of these archived offsets are durable: they are done."""
         self._alive()
         done = [o for o in offsets if self._slot_state(o) == ARCHIVING]
+        self._dead_out.difference_update(done)
         if done:
             self._write(DeadLettered(runs_of(done)))
         return Reply(None, self._written)
@@ -516,7 +523,7 @@ class SharePartition:
             "locks": len(self._locks),
             "delays": len(self._delays),
             "ready": len(self._ready),
-            "dead": len(self._dead),
+            "dead": len(self._dead) + len(self._dead_out),
             "deadlines": len(self._deadline),
         }
 
