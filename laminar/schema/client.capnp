@@ -388,8 +388,7 @@ struct QueuePartition {
   acquired @6 :UInt32;
   delayed @7 :UInt32;
   deadLettering @8 :UInt32;   # rejected or over max deliveries, being copied aside
-  deadLettered @9 :UInt64;    # copied to the dead-letter topic so far
-  oldestUnackedMs @10 :Int64; # age of the oldest record not done (0: none)
+  oldestUnackedMs @9 :Int64;  # age of the oldest record not done (0: none)
 }
 
 struct QueueDescription {
