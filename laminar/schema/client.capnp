@@ -344,6 +344,7 @@ struct ShareFetchRequest {
   maxWaitMs @5 :UInt32;       # long poll while nothing is available
   maxBytes @6 :UInt32;
   acks @7 :List(ShareAck);    # settled before anything is acquired
+  fromEarliest @8 :Bool;      # a group new on a partition starts at its start (default: end)
 }
 
 struct ShareAckResult {
