@@ -327,8 +327,8 @@ class ShareSim:
             self.held.append((reply, self._on_deliveries(m, m.incarnation, now)))
         items: list[tuple[Acknowledgement, bool]] = []
         for o, h in list(m.held.items()):
-            if rng.random() < 0.6:
-                continue
+            if rng.random() < (0.9 if m.slow else 0.6):
+                continue  # a slow member keeps messages for long (extending them, or not)
             valid = h.lock_until > now
             entry = self.entries[o]
             r = rng.random()
@@ -338,8 +338,8 @@ class ShareSim:
                 kind, ms = "release", rng.choice((0, 300, 1200))
             elif not self.quiet and r < 0.08:
                 kind, ms = "reject", 0
-            elif not self.quiet and r < 0.14:
-                kind, ms = "extend", rng.choice((500, 2500))
+            elif not self.quiet and (r < 0.14 or (m.slow and r < 0.4)):
+                kind, ms = "extend", rng.choice((500, 2500, 6000))
             elif not self.quiet and m.slow and r < 0.5:
                 continue  # sit on it (past its lock, maybe)
             else:
