@@ -155,7 +155,9 @@ def test_reject_archives_and_the_dead_letter_is_confirmed_before_the_start_moves
     assert sp.take_dead_letters() == [DeadLetter(0, 1, "rejected")]
     assert sp.take_dead_letters() == []  # handed out once per instance
     sp.dead_letters_failed([0])
+    sp.dead_letters_failed([0])  # twice: still handed out once
     assert sp.take_dead_letters() == [DeadLetter(0, 1, "rejected")]
+    assert sp.take_dead_letters() == []
     sp.dead_letters_copied([0])
     assert sp.start == 2
     sp.tick(5000)
