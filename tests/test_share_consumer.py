@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -20,48 +17,13 @@ from laminar.client import (
     ShareMessage,
     TopicPartition,
 )
-from laminar.errors import LaminarError, ReceiptExpiredError
-from laminar.node.config import NodeConfig
-from laminar.node.node import Node
+from laminar.errors import ReceiptExpiredError
 from laminar.queues import driver
+from tests.share_node import TOPIC, bootstrap
+
+__all__ = ["bootstrap"]  # the fixture
 
 pytestmark = pytest.mark.timeout(60)
-
-TOPIC = "jobs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-async def bootstrap(tmp_path: Path) -> AsyncIterator[str]:
-    client_port, peer_port = free_port(), free_port()
-    node = Node(
-        NodeConfig(
-            node_id=1,
-            data_dir=tmp_path,
-            listen=f"127.0.0.1:{client_port}",
-            peer_listen=f"127.0.0.1:{peer_port}",
-            peers={1: f"127.0.0.1:{peer_port}"},
-            metadata_replicas=1,
-            tick_ms=10,
-        )
-    )
-    await node.start()
-    address = f"127.0.0.1:{client_port}"
-    try:
-        async with Admin(address) as admin:
-            while TOPIC not in await admin.list_topics():
-                try:
-                    await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
-                except LaminarError:
-                    await asyncio.sleep(0.1)
-        yield address
-    finally:
-        await node.stop()
 
 
 async def produce(bootstrap: str, values: list[bytes], **options: int) -> None:

@@ -50,7 +50,8 @@ class ShareConsumer:
     are batched on the wire (``ack_linger_ms``). ``lock_ms`` is the lock (visibility timeout)
     of every record acquired; ``max_records`` the most one share fetch acquires per node;
     ``from_earliest`` makes a group that is new on a partition start at its start instead of
-    its end. ``close()`` releases every message this member still holds.
+    its end. ``prefetch=False``: fetch only when the buffer is empty. ``close()`` releases
+    every message this member still holds.
     """
 
     def __init__(
@@ -67,6 +68,7 @@ class ShareConsumer:
         ack_linger_ms: float = 5.0,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
+        prefetch: bool = True,
         member_id: str | None = None,
     ) -> None:
         if not group:
@@ -87,6 +89,7 @@ class ShareConsumer:
         self.ack_linger_ms = ack_linger_ms
         self.request_timeout = request_timeout_ms / 1000
         self.check_crcs = check_crcs
+        self.prefetch = prefetch
         self.member_id = member_id or uuid.uuid4().hex
         self._cluster: Cluster | None = None
         self._settler: Settler | None = None
@@ -185,9 +188,11 @@ class ShareConsumer:
                 error, self._error = self._error, None
                 raise error
             messages = self._drain(limit)
-            self._start_fetches(wait_ms=self.max_wait_ms)
             if messages:
+                if self.prefetch:  # the next records travel while the caller works
+                    self._start_fetches(wait_ms=self.max_wait_ms)
                 return messages
+            self._start_fetches(wait_ms=self.max_wait_ms)
             remaining = deadline - loop.time()
             if remaining <= 0 or self._closing:
                 return []
