@@ -262,7 +262,9 @@ class PartitionQueues:
     def _scan(self, group: str, partition: SharePartition) -> None:
         """Tell ``partition`` what it may hand out next: skips, delays, the end."""
         replica = self.replica
-        start = max(self._scanned.get(group, 0), partition.start, replica.log.start_offset)
+        if partition.start < replica.log.start_offset:  # retention took records never done
+            partition.advance_start(replica.log.start_offset)
+        start = max(self._scanned.get(group, 0), partition.start)
         end = min(replica.high_watermark, partition.window_end)
         now = self._now_ms()
         while start < end:
