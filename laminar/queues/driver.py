@@ -154,11 +154,12 @@ class PartitionQueues:
             await self._released(name, after)
         return results, deliveries
 
-    def read(self, deliveries: Sequence[Delivery], max_bytes: int) -> list[bytes]:
-        """Whole batches holding the delivered offsets (each batch once), crc-checked."""
+    def read(self, deliveries: Sequence[Delivery]) -> list[bytes]:
+        """Whole batches holding the delivered offsets (each batch once), crc-checked. All of
+        them, whatever their size: an acquired record the member never sees would only come
+        back once its lock ran out (``max_records`` bounds a fetch instead)."""
         out: list[bytes] = []
         covered = -1
-        budget = max_bytes
         for offset in sorted(d.offset for d in deliveries):
             if offset <= covered:
                 continue
@@ -166,9 +167,6 @@ class PartitionQueues:
             header = record_batch.read_header(batch)
             covered = header.base_offset + header.last_offset_delta
             out.append(bytes(batch))
-            budget -= len(batch)
-            if budget <= 0:
-                break
         return out
 
     async def ready(self) -> None:
@@ -262,7 +260,9 @@ class PartitionQueues:
     def _scan(self, group: str, partition: SharePartition) -> None:
         """Tell ``partition`` what it may hand out next: skips, delays, the end."""
         replica = self.replica
-        start = max(self._scanned.get(group, 0), partition.start, replica.log.start_offset)
+        if partition.start < replica.log.start_offset:  # retention took records never done
+            partition.advance_start(replica.log.start_offset)
+        start = max(self._scanned.get(group, 0), partition.start)
         end = min(replica.high_watermark, partition.window_end)
         now = self._now_ms()
         while start < end:

@@ -139,7 +139,7 @@ class QueueService:
                     await admin.create_topic(topic, 1, self._replication())
         by_offset = {letter.offset: letter for letter in letters}
         sends = []
-        for batch in driver.read(letters, 1 << 30):
+        for batch in driver.read(letters):
             for record in record_batch.decode_records(batch):
                 letter = by_offset.get(record.offset)
                 if letter is None:

@@ -45,7 +45,6 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
         lock_ms = body.lockMs or None
         from_earliest = body.fromEarliest
         max_wait = min(body.maxWaitMs, MAX_WAIT_MS) / 1000
-        max_bytes = body.maxBytes or (4 << 20)
         ack_results: list[tuple[str, int, int, LaminarError | None]] = [
             (a.topic, a.partition, a.offset, None) for a in acks
         ]
@@ -89,7 +88,7 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 break
             await _any_news(leader_replica, wanted, min(remaining, POLL_SLICE))
             await one_pass(wanted, max_records)
-        return _fill(response, service, leader_replica, found, ack_results, max_bytes)
+        return _fill(response, service, leader_replica, found, ack_results)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -134,7 +133,6 @@ def _fill(
     leader_replica: LeaderReplica,
     found: dict[tuple[str, int], list[Delivery] | LaminarError],
     ack_results: list[tuple[str, int, int, LaminarError | None]],
-    max_bytes: int,
 ) -> list[bytes]:
     out = response.body.init("shareFetch")
     results = out.init("results", len(found))
@@ -154,7 +152,7 @@ def _fill(
         if not value:
             continue
         try:
-            batches = service.queues(leader_replica(*tp)).read(value, max_bytes)
+            batches = service.queues(leader_replica(*tp)).read(value)
         except LaminarError as exc:
             fill_error(slot.error, exc)
             continue

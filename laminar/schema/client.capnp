@@ -342,9 +342,10 @@ struct ShareFetchRequest {
   maxRecords @3 :UInt32;      # 0: only settle the acks
   lockMs @4 :UInt32;          # 0: the group's default (30 s)
   maxWaitMs @5 :UInt32;       # long poll while nothing is available
-  maxBytes @6 :UInt32;
-  acks @7 :List(ShareAck);    # settled before anything is acquired
-  fromEarliest @8 :Bool;      # a group new on a partition starts at its start (default: end)
+  acks @6 :List(ShareAck);    # settled before anything is acquired
+  fromEarliest @7 :Bool;      # a group new on a partition starts at its start (default: end)
+  # No byte limit: the reply holds every batch with an acquired record (an acquired record the
+  # member never saw would only come back when its lock ran out); maxRecords bounds it.
 }
 
 struct ShareAckResult {
