@@ -64,7 +64,6 @@ class ShareConsumer:
         max_records: int = 500,
         from_earliest: bool = False,
         max_wait_ms: int = 500,
-        fetch_max_bytes: int = 4 * 1024 * 1024,
         ack_linger_ms: float = 5.0,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
@@ -85,7 +84,6 @@ class ShareConsumer:
         self.max_records = max_records
         self.from_earliest = from_earliest
         self.max_wait_ms = max_wait_ms
-        self.fetch_max_bytes = fetch_max_bytes
         self.ack_linger_ms = ack_linger_ms
         self.request_timeout = request_timeout_ms / 1000
         self.check_crcs = check_crcs
@@ -276,7 +274,6 @@ class ShareConsumer:
                 max_records=self.max_records,
                 lock_ms=self.lock_ms,
                 max_wait_ms=wait,
-                max_bytes=self.fetch_max_bytes,
                 acks=settler.wire(acks),
                 from_earliest=self.from_earliest,
                 timeout=self.request_timeout + wait / 1000,
@@ -339,7 +336,7 @@ class ShareConsumer:
             held[(tp.topic, tp.partition, record.offset)] = message
             self._buffer.append(message)
         for offset, (count, until) in acquired.items():
-            # Acquired but not sent (the reply reached max bytes): give it back at once.
+            # Acquired but not in the reply (should not happen): give it back at once.
             settler.submit(
                 ShareMessage(
                     settler, tp.topic, tp.partition, offset, 0, None, None, (), count, until

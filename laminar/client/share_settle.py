@@ -181,7 +181,6 @@ class Settler:
                 max_records=0,
                 lock_ms=0,
                 max_wait_ms=0,
-                max_bytes=0,
                 acks=self.wire(items),
                 from_earliest=False,
                 timeout=self.request_timeout,

@@ -32,7 +32,6 @@ async def share_fetch(
     max_records: int,
     lock_ms: int,
     max_wait_ms: int,
-    max_bytes: int,
     acks: Sequence[WireAck],
     from_earliest: bool,
     timeout: float,
@@ -50,7 +49,6 @@ async def share_fetch(
         request.maxRecords = max_records
         request.lockMs = lock_ms
         request.maxWaitMs = max_wait_ms
-        request.maxBytes = max_bytes
         request.fromEarliest = from_earliest
         slots = request.init("acks", len(acks))
         for slot, ack in zip(slots, acks, strict=True):
