@@ -521,10 +521,10 @@ def _model_run(seed: int, steps: int = 250) -> None:
                 assert replay(log[checkpoint_at:]) == sp.state, where
 
 
-def _observable(sp: SharePartition) -> dict[int, tuple[str, int, str]]:
+def _observable(sp: SharePartition) -> dict[int, tuple]:
     names = ("avail", "held", "acked", "archiving", "archived")
     return {
-        o: (names[s.state], s.count, s.member)
+        o: (names[s.state], s.count, s.member, s.lock_ms, s.due_ms, s.reason)
         for o, s in sp.state.slots.items()
         if not (s.state == 0 and s.count == 0 and s.due_ms == 0)
     }

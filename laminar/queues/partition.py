@@ -34,7 +34,8 @@ reports ``records_committed(n)``; every call a client waits for returns a ``Repl
   member's receipts stay valid (its acks still succeed, no needless redelivery);
 * lock deadlines are timers, not records: a new leader restarts every lock at its take-over
   time with the last durable lock duration (``extend`` writes one), so a lock is never shorter
-  than what its member was told;
+  than what its member was told. A client whose ``extend`` got no reply must assume the shorter
+  of its old and new lock (the extend may or may not be durable);
 * due times of delays are absolute times in the records: ``now_ms`` must be a clock shared by
   the nodes (wall-clock ms), as ``deliver_at`` of a producer is;
 * ``end_offset`` and the dead letters handed out are not durable: after a failover the driver
