@@ -534,3 +534,15 @@ def _observable(sp: SharePartition) -> dict[int, tuple]:
 def test_matches_the_reference_model(chunk: int) -> None:
     for seed in range(chunk * 100, chunk * 100 + 100):
         _model_run(seed)
+
+
+def test_describe_counts_each_kind_of_offset() -> None:
+    sp = SharePartition(CFG, 0)
+    sp.defer(3, 5, 10_000)
+    sp.end_offset(10)
+    d = sp.acquire("a", 3, 0).value
+    sp.reject(d[0].receipt, 1)
+    view = sp.describe(1)
+    assert (view.start, view.end) == (0, 10)
+    assert (view.acquired, view.delayed, view.archiving) == (2, 2, 1)
+    assert view.available == 5  # 5..9
