@@ -166,10 +166,11 @@ class ShareModel:
         self.end = self.start
         self.handed = set()
 
-    def observable(self) -> dict[int, tuple[str, int, str]]:
-        """Per tracked offset: (state, delivery count, member) with fresh offsets left out."""
+    def observable(self) -> dict[int, tuple]:
+        """Per tracked offset: (state, delivery count, member, lock ms, due, reason), fresh
+        offsets left out: what the durable state must say."""
         out = {}
         for o, e in self.entries.items():
             if o >= self.start and not (e.state == AVAIL and e.count == 0 and e.due == 0):
-                out[o] = (e.state, e.count, e.member)
+                out[o] = (e.state, e.count, e.member, e.lock_ms, e.due, e.reason)
         return out

@@ -521,10 +521,10 @@ def _model_run(seed: int, steps: int = 250) -> None:
                 assert replay(log[checkpoint_at:]) == sp.state, where
 
 
-def _observable(sp: SharePartition) -> dict[int, tuple[str, int, str]]:
+def _observable(sp: SharePartition) -> dict[int, tuple]:
     names = ("avail", "held", "acked", "archiving", "archived")
     return {
-        o: (names[s.state], s.count, s.member)
+        o: (names[s.state], s.count, s.member, s.lock_ms, s.due_ms, s.reason)
         for o, s in sp.state.slots.items()
         if not (s.state == 0 and s.count == 0 and s.due_ms == 0)
     }
@@ -534,3 +534,15 @@ def _observable(sp: SharePartition) -> dict[int, tuple[str, int, str]]:
 def test_matches_the_reference_model(chunk: int) -> None:
     for seed in range(chunk * 100, chunk * 100 + 100):
         _model_run(seed)
+
+
+def test_describe_counts_each_kind_of_offset() -> None:
+    sp = SharePartition(CFG, 0)
+    sp.defer(3, 5, 10_000)
+    sp.end_offset(10)
+    d = sp.acquire("a", 3, 0).value
+    sp.reject(d[0].receipt, 1)
+    view = sp.describe(1)
+    assert (view.start, view.end) == (0, 10)
+    assert (view.acquired, view.delayed, view.archiving) == (2, 2, 1)
+    assert view.available == 5  # 5..9

@@ -34,7 +34,8 @@ reports ``records_committed(n)``; every call a client waits for returns a ``Repl
   member's receipts stay valid (its acks still succeed, no needless redelivery);
 * lock deadlines are timers, not records: a new leader restarts every lock at its take-over
   time with the last durable lock duration (``extend`` writes one), so a lock is never shorter
-  than what its member was told;
+  than what its member was told. A client whose ``extend`` got no reply must assume the shorter
+  of its old and new lock (the extend may or may not be durable);
 * due times of delays are absolute times in the records: ``now_ms`` must be a clock shared by
   the nodes (wall-clock ms), as ``deliver_at`` of a producer is;
 * ``end_offset`` and the dead letters handed out are not durable: after a failover the driver
@@ -49,7 +50,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from laminar.errors import InvalidRequestError, LaminarError, ReceiptExpiredError
 from laminar.groups.coordinator import Reply
@@ -87,8 +88,7 @@ class ShareConfig:
             raise ValueError("max_deliveries and max_in_flight must be >= 1")
 
 
-@dataclass(frozen=True, slots=True)
-class Receipt:
+class Receipt(NamedTuple):
     """Proof of one delivery: who holds which offset at which delivery count."""
 
     member_id: str
@@ -96,8 +96,7 @@ class Receipt:
     delivery_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(NamedTuple):
     receipt: Receipt
     lock_until_ms: int  # the lock runs out then unless extended
 
@@ -113,8 +112,7 @@ class Delivery:
 Kind = Literal["ack", "release", "reject", "extend"]
 
 
-@dataclass(frozen=True, slots=True)
-class Acknowledgement:
+class Acknowledgement(NamedTuple):
     """One settlement in a batch; ``ms``: the delay of a release, the new lock of an extend."""
 
     receipt: Receipt
@@ -303,9 +301,15 @@ class SharePartition:
                 ):
                     break
                 heapq.heappop(ready)
+            if not ready:  # the common case: only fresh offsets are left
+                while len(picked) < max_records and cursor < limit:
+                    if cursor not in slots:
+                        picked.append((cursor, 1))
+                    cursor += 1
+                break
             while cursor in slots:
                 cursor += 1
-            if ready and ready[0] < cursor:
+            if ready[0] < cursor:
                 if ready[0] >= limit:
                     break
                 o = heapq.heappop(ready)
@@ -320,7 +324,7 @@ class SharePartition:
         if not picked:
             return Reply([], self._written)
         runs: list[tuple[int, int, int]] = []
-        for o, count in sorted(picked):
+        for o, count in picked:  # ascending: both sources are taken lowest first
             if runs and runs[-1][1] == o and runs[-1][2] == count:
                 runs[-1] = (runs[-1][0], o + 1, count)
             else:
@@ -328,8 +332,10 @@ class SharePartition:
         self._write(Acquired(member_id, lock, tuple(runs)))
         deadline = now_ms + lock
         out = []
+        deadlines, locks, push = self._deadline, self._locks, heapq.heappush
         for o, count in picked:
-            self._lock(o, deadline, count)
+            deadlines[o] = deadline
+            push(locks, (deadline, o, count))
             out.append(Delivery(Receipt(member_id, o, count), deadline))
         return Reply(out, self._written)
 
