@@ -188,3 +188,29 @@ async def test_close_releases_what_the_member_holds_to_the_others(bootstrap: str
         assert [(m.value, m.delivery_count) for m in got] == [(b"a", 2), (b"b", 2), (b"c", 2)]
         for message in got:
             message.ack()
+
+
+async def test_a_batch_of_delayed_records_reaching_past_the_window_is_read(
+    bootstrap: str,
+) -> None:
+    """A group tracks 10,000 offsets past its start; a batch reaching past that window used
+    to fail every fetch of the group (InvalidRequestError from the node) instead of being
+    read up to the window's end, here a batch of delayed records across offset 10,000."""
+    plain, delayed = 9950, 200
+    async with Producer(bootstrap, linger_ms=50) as producer:
+        for i in range(plain):
+            await producer.send(TOPIC, b"%d" % i, partition=0)
+        await producer.flush()
+        for _i in range(delayed):
+            await producer.send(TOPIC, b"later", partition=0, delay_ms=60_000)
+        await producer.flush()
+    async with ShareConsumer(bootstrap, "g", TOPIC, from_earliest=True) as consumer:
+        seen = 0
+        while seen < plain:
+            for message in await next_messages(consumer, min(500, plain - seen), timeout=10):
+                assert message.value != b"later"
+                message.ack()
+                seen += 1
+        async with Admin(bootstrap) as admin:
+            (row,) = (await admin.describe_queue("g", TOPIC)).partitions
+        assert row.delayed == delayed and row.available == 0

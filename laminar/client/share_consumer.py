@@ -295,10 +295,15 @@ class ShareConsumer:
         finally:
             self._fetches.pop(node, None)
             self._arrived.set()
-        body = reply.body.shareFetch
-        settler.finish(acks, body.ackResults)
-        for result in body.results:
-            self._take_result(result, payload, sent_ms)
+        try:
+            body = reply.body.shareFetch
+            settler.finish(acks, body.ackResults)
+            for result in body.results:
+                self._take_result(result, payload, sent_ms)
+        except Exception as exc:  # a reply we cannot read: the application hears of it
+            log.warning("share fetch reply unreadable", node=node, error=str(exc))
+            settler.failed([a for a in acks if not a.future.done()], exc)
+            self._error = exc
 
     def _take_result(self, result: Any, payload: memoryview, sent_ms: int) -> None:
         tp = TopicPartition(result.topic, result.partition)
@@ -312,13 +317,14 @@ class ShareConsumer:
             else:
                 self._error = error
             return
-        if not len(result.acquired):
+        # Each pointer followed counts against the reader's traversal limit (about the reply's
+        # size): read the list once.
+        listed = result.acquired
+        if not len(listed):
             return
         # Never trust a lock longer than asked for from when the request left (clock skew).
         ceiling = sent_ms + self.lock_ms
-        acquired = {
-            a.offset: (a.deliveryCount, min(a.lockUntilMs, ceiling)) for a in result.acquired
-        }
+        acquired = {a.offset: (a.deliveryCount, min(a.lockUntilMs, ceiling)) for a in listed}
         data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
         try:
             records = self._decode(tp, data, min(acquired))

@@ -269,12 +269,14 @@ class PartitionQueues:
             for batch in replica.log.batches(start, end, READ_BYTES):
                 header = record_batch.read_header(batch)
                 last = header.base_offset + header.last_offset_delta
+                # A batch may reach past ``end`` (the group's window): only what lies before
+                # is told now; the next scan starts at ``end`` and reads the rest.
                 if record_batch.is_control(header):
-                    partition.skip(header.base_offset, last + 1)
+                    partition.skip(header.base_offset, min(last + 1, end))
                 else:
                     for record in record_batch.decode_records(batch):
                         due = _deliver_at(record.headers)
-                        if due > now and record.offset >= start:
+                        if due > now and start <= record.offset < end:
                             partition.defer(record.offset, record.offset + 1, due)
                 start = last + 1
                 if start >= end:
