@@ -36,6 +36,7 @@ log = structlog.get_logger(__name__)
 
 RETRY_BACKOFF = 0.1
 CLOSE_TIMEOUT = 5.0
+JOIN_TIMEOUT = 10.0
 
 
 def _now_ms() -> int:
@@ -47,11 +48,12 @@ class ShareConsumer:
 
     ``async for message in consumer`` or ``await consumer.fetch()``; settle each message with
     ``await message.ack()`` / ``release(delay_ms)`` / ``reject()`` / ``extend(ms)``. Settlements
-    are batched on the wire (``ack_linger_ms``). ``lock_ms`` is the lock (visibility timeout)
-    of every record acquired; ``max_records`` the most one share fetch acquires per node;
-    ``from_earliest`` makes a group that is new on a partition start at its start instead of
-    its end. ``prefetch=False``: fetch only when the buffer is empty. ``close()`` releases
-    every message this member still holds.
+    are batched on the wire (one ack-only request in flight per node carries everything
+    queued meanwhile; ``ack_linger_ms`` adds a wait before each). ``lock_ms`` is the lock
+    (visibility timeout) of every record acquired; ``max_records`` the most one share fetch
+    acquires per node; ``from_earliest`` makes a group that is new on a partition start at its
+    start instead of its end. ``prefetch=False``: fetch only when the buffer is empty.
+    ``close()`` releases every message this member still holds.
     """
 
     def __init__(
@@ -64,7 +66,7 @@ class ShareConsumer:
         max_records: int = 500,
         from_earliest: bool = False,
         max_wait_ms: int = 500,
-        ack_linger_ms: float = 5.0,
+        ack_linger_ms: float = 0.0,
         request_timeout_ms: int = 30_000,
         check_crcs: bool = True,
         prefetch: bool = True,
@@ -99,11 +101,13 @@ class ShareConsumer:
         self._closing = False
         self._closed = False
         self._held_mark = 1024
+        self._joined: set[TopicPartition] = set()  # partitions with a successful share fetch
 
     # lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        """Connect and make the first share fetch to every partition's leader, so the group
-        exists on every partition (and a new group's start is fixed) once this returns."""
+        """Connect and make a first share fetch to every partition's leader, so the group
+        exists on every partition (and a new group's start is fixed) once this returns
+        (retried while leaders are being elected, for up to ``JOIN_TIMEOUT``)."""
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
@@ -119,13 +123,32 @@ class ShareConsumer:
         try:
             for topic in self.topics:
                 await self._cluster.wait_for_topic(topic, 5.0)
-            self._start_fetches(wait_ms=0)
-            tasks = list(self._fetches.values())
-            if tasks:
-                await asyncio.wait(tasks, timeout=self.request_timeout)
+            await self._join()
         except BaseException:
             await self._shutdown(release=False)
             raise
+
+    async def _join(self) -> None:
+        """One successful share fetch from every partition (a leader election may be under
+        way: retried for up to ``JOIN_TIMEOUT``)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + JOIN_TIMEOUT
+        while True:
+            missing = set(self._partitions()) - self._joined
+            if not missing:
+                return
+            if loop.time() > deadline:
+                log.warning("share group not joined on every partition yet", missing=len(missing))
+                return
+            self._start_fetches(wait_ms=0, only=missing)
+            tasks = list(self._fetches.values())
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.request_timeout)
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            if set(self._partitions()) - self._joined:
+                await asyncio.sleep(RETRY_BACKOFF)
 
     async def close(self) -> None:
         """Release every message still held (buffered or handed out and not settled, so
@@ -236,14 +259,16 @@ class ShareConsumer:
             for p in topics[name].partitions
         ]
 
-    def _start_fetches(self, wait_ms: int) -> None:
-        if self._closing or len(self._buffer) > self.max_records // 2:
+    def _start_fetches(self, wait_ms: int, only: set[TopicPartition] | None = None) -> None:
+        """A share fetch to every leader node with none in flight, while the buffer is at
+        most half full (``only``: just these partitions, whatever the buffer holds)."""
+        if self._closing or (only is None and len(self._buffer) > self.max_records // 2):
             return
         cluster = self.cluster
         now = time.monotonic()
         by_node: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in self._partitions():
-            if self._backoff_until.get(tp, 0.0) > now:
+            if (only is not None and tp not in only) or self._backoff_until.get(tp, 0.0) > now:
                 continue
             try:
                 by_node[target_node(cluster, tp)].append(tp)
@@ -317,6 +342,7 @@ class ShareConsumer:
             else:
                 self._error = error
             return
+        self._joined.add(tp)
         # Each pointer followed counts against the reader's traversal limit (about the reply's
         # size): read the list once.
         listed = result.acquired
