@@ -353,7 +353,7 @@ class ShareConsumer:
         acquired = {a.offset: (a.deliveryCount, min(a.lockUntilMs, ceiling)) for a in listed}
         data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
         try:
-            records = self._decode(tp, data, min(acquired))
+            records = self._decode(tp, data, min(acquired), max(acquired))
         except LaminarError as exc:  # damaged: let another delivery (maybe ours) try again
             log.warning("share fetch data corrupt", topic=tp.topic, error=str(exc))
             records = []
@@ -383,13 +383,21 @@ class ShareConsumer:
                     del held[key]
             self._held_mark = max(1024, len(held))
 
-    def _decode(self, tp: TopicPartition, data: memoryview, first: int) -> list[ConsumerRecord]:
+    def _decode(
+        self, tp: TopicPartition, data: memoryview, first: int, last: int
+    ) -> list[ConsumerRecord]:
+        """Records ``[first, last]`` of the whole batches in ``data``: the batches hold others
+        too (possibly thousands), which are stepped over, not parsed."""
         records: list[ConsumerRecord] = []
         for position, header in iter_batches(data):
             if header.base_offset + header.last_offset_delta < first or is_control(header):
                 continue
+            if header.base_offset > last:
+                break
             batch = bytes(data[position : position + header.batch_length])
             if self.check_crcs:
                 verify_batch(batch)
-            decode_consumer_records(batch, header, tp.topic, tp.partition, first, records)
+            decode_consumer_records(
+                batch, header, tp.topic, tp.partition, first, records, until_offset=last + 1
+            )
         return records
