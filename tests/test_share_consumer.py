@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 import time
 from collections import Counter
 
@@ -214,3 +216,51 @@ async def test_a_batch_of_delayed_records_reaching_past_the_window_is_read(
         async with Admin(bootstrap) as admin:
             (row,) = (await admin.describe_queue("g", TOPIC)).partitions
         assert row.delayed == delayed and row.available == 0
+
+
+MEMBER_SCRIPT = """
+import asyncio, sys
+from laminar.client import ShareConsumer
+
+async def main():
+    async with ShareConsumer(sys.argv[1], "g", "jobs", lock_ms=2000, from_earliest=True,
+                             max_records=3, prefetch=False) as consumer:
+        got = []
+        while len(got) < 3:
+            got += await consumer.fetch(max_records=3 - len(got))
+        print(" ".join(m.value.decode() for m in got), flush=True)
+        await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_members_messages_come_back_after_its_lock_not_before(
+    bootstrap: str,
+) -> None:
+    await produce(bootstrap, [b"a", b"b", b"c"])
+    member = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        MEMBER_SCRIPT,
+        bootstrap,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert member.stdout is not None
+        line = await asyncio.wait_for(member.stdout.readline(), 20)
+        held_at = time.monotonic()
+        assert line.split() == [b"a", b"b", b"c"]
+        member.send_signal(signal.SIGKILL)
+        await member.wait()
+    finally:
+        if member.returncode is None:
+            member.kill()
+            await member.wait()
+    async with ShareConsumer(bootstrap, "g", TOPIC, lock_ms=60_000) as other:
+        assert await other.fetch(timeout_ms=1000) == []  # locked for 2 s from the fetch
+        got = await next_messages(other, 3)
+        assert time.monotonic() - held_at >= 1.8  # (the lock started a little before)
+        assert [(m.value, m.delivery_count) for m in got] == [(b"a", 2), (b"b", 2), (b"c", 2)]
+        for message in got:
+            message.ack()

@@ -4,6 +4,7 @@ SIGKILLed partition leader while members hold and ack messages."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.client import Admin, Producer, ShareConsumer, ShareMessage
+from laminar.client import DELIVER_AT_HEADER, Admin, Producer, ShareConsumer, ShareMessage
 from tests.cluster_fixture import ClusterHandle, start_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -142,3 +143,39 @@ async def test_a_killed_leader_loses_nothing_and_redelivers_no_acked_message(
     assert set(delivered) == set(values)
     assert at_kill[0] < len(values) / 2, "most messages are delivered by the new leader"
     assert redelivered_after_ack == []
+
+
+async def test_ten_thousand_delayed_messages_each_arrive_on_time(cluster: ClusterHandle) -> None:
+    """Random delays up to 10 s: none delivered before it is due, each within 1 s after."""
+    count = 10_000
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic("later", partitions=2, replication_factor=3)
+    rng = random.Random(7)
+    members = [
+        ShareConsumer(cluster.bootstrap, "later-g", "later", max_records=200) for _ in range(4)
+    ]
+    lateness: list[int] = []
+    try:
+        for member in members:
+            await member.start()
+        async with Producer(cluster.bootstrap, acks="all") as producer:
+            for i in range(count):
+                await producer.send("later", b"%d" % i, delay_ms=rng.randrange(10_000))
+            await producer.flush()
+
+        async def work(member: ShareConsumer) -> None:
+            while len(lateness) < count:
+                for message in await member.fetch(timeout_ms=200):
+                    now = time.time_ns() // 1_000_000
+                    lateness.append(now - int(dict(message.headers)[DELIVER_AT_HEADER]))
+                    message.ack()
+
+        await asyncio.wait_for(asyncio.gather(*(work(m) for m in members)), 40)
+    finally:
+        for member in members:
+            await member.close()
+    assert len(lateness) == count
+    lateness.sort()
+    print(f"lateness ms: min {lateness[0]}, median {lateness[count // 2]}, max {lateness[-1]}")
+    assert min(lateness) >= 0, "delivered before its time"
+    assert max(lateness) <= 1000, f"late by {max(lateness)} ms"
