@@ -264,3 +264,31 @@ async def test_a_killed_members_messages_come_back_after_its_lock_not_before(
         assert [(m.value, m.delivery_count) for m in got] == [(b"a", 2), (b"b", 2), (b"c", 2)]
         for message in got:
             message.ack()
+
+
+async def test_a_message_released_at_its_fifth_delivery_is_dead_lettered(bootstrap: str) -> None:
+    async with ShareConsumer(bootstrap, "g", TOPIC, from_earliest=True) as consumer:
+        await produce(bootstrap, [b"poison", b"next"])
+        counts = []
+        while True:
+            messages = await consumer.fetch(timeout_ms=500)
+            if not messages:
+                break
+            for message in messages:
+                if message.value == b"next":
+                    await message.ack()
+                else:
+                    counts.append(message.delivery_count)
+                    await message.release()
+        assert counts == [1, 2, 3, 4, 5]  # the fifth release dead-letters it
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as reader:
+        await reader.assign([TopicPartition("g.dlq", 0)])
+        letters = []
+        deadline = time.monotonic() + 10
+        while not letters:
+            assert time.monotonic() < deadline, "no dead letter"
+            letters = await reader.getmany(timeout_ms=200)
+    headers = dict(letters[0].headers)
+    assert letters[0].value == b"poison"
+    assert headers["laminar-dlq-reason"] == b"max deliveries"
+    assert headers["laminar-dlq-delivery-count"] == b"5"
