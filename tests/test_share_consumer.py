@@ -292,3 +292,16 @@ async def test_a_message_released_at_its_fifth_delivery_is_dead_lettered(bootstr
     assert letters[0].value == b"poison"
     assert headers["laminar-dlq-reason"] == b"max deliveries"
     assert headers["laminar-dlq-delivery-count"] == b"5"
+
+
+def test_deliver_at_and_delay_become_one_header() -> None:
+    from laminar.client.producer import _with_deliver_at
+
+    given = [("a", b"1"), (DELIVER_AT_HEADER, b"5")]
+    assert _with_deliver_at(given, 1234, None) == (("a", b"1"), (DELIVER_AT_HEADER, b"1234"))
+    before = time.time_ns() // 1_000_000
+    ((name, value),) = _with_deliver_at((), None, 500)
+    assert name == DELIVER_AT_HEADER and before + 500 <= int(value) <= before + 1500
+    for deliver_at, delay_ms in ((1, 1), (-1, None), (None, -5)):
+        with pytest.raises(ValueError):
+            _with_deliver_at((), deliver_at, delay_ms)
