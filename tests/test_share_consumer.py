@@ -107,7 +107,9 @@ async def test_extend_keeps_a_message_past_its_original_lock(bootstrap: str) -> 
         await message.extend(2000)
         assert message.lock_remaining_ms > 1500
         assert await other.fetch(timeout_ms=1200) == []  # well past the original 500 ms
-        await message.ack()
+        # queued together, not awaited: the extend reaches the node before the ack
+        extended, acked = message.extend(1000), message.ack()
+        await asyncio.gather(extended, acked)
         assert await other.fetch(timeout_ms=1500) == []  # acked: never again
 
 

@@ -148,7 +148,7 @@ class Settler:
     def _flush(self) -> None:
         """Send what is queued, one ack-only request per node with none in flight."""
         self._timer = None
-        if not self._queue:
+        if not self._queue or self._closed:
             return
         now = self._loop.time()
         nodes: set[int] = set()
@@ -170,6 +170,8 @@ class Settler:
             self._schedule(max(retry_at - now, 0.0))
 
     def _schedule(self, delay: float) -> None:
+        if self._closed:
+            return
         if self._timer is not None:
             if self._timer.when() <= self._loop.time() + delay:
                 return
@@ -278,6 +280,7 @@ class Settler:
             self._timer = None
         for task in self._requests.values():
             task.cancel()
+        self._queue.clear()
         for future in list(self._pending):
             if not future.done():
                 future.set_exception(ConnectionError("share consumer closed"))
