@@ -546,3 +546,12 @@ def test_describe_counts_each_kind_of_offset() -> None:
     assert (view.start, view.end) == (0, 10)
     assert (view.acquired, view.delayed, view.archiving) == (2, 2, 1)
     assert view.available == 5  # 5..9
+
+
+def test_an_extend_to_the_same_deadline_expires_once() -> None:
+    sp = make(end=1, config=ShareConfig(lock_ms=1000, max_deliveries=1))
+    d = sp.acquire("a", 1, 0).value[0]
+    sp.extend(d.receipt, 500, 500)  # the same deadline, 1000: two equal lock entries
+    sp.tick(1000)
+    assert sp.take_dead_letters() == [DeadLetter(0, 1, "max deliveries")]
+    assert sp.take_dead_letters() == []
