@@ -76,6 +76,7 @@ class SimFailure(AssertionError):
 class Hold:
     receipt: Receipt
     lock_until: int
+    extends: int = 0  # extends sent: only the reply to the newest one sets the lock
 
 
 @dataclass
@@ -349,10 +350,16 @@ class ShareSim:
                 del m.held[o]  # settled as the member sees it: it stops processing it
             else:  # until the reply comes, the lock may be the shorter of the old and the new
                 h.lock_until = min(h.lock_until, now + ms)
+                h.extends += 1
         if items:
             reply = self.sp.acknowledge([a for a, _ in items], now)
             self.stats["acknowledge_calls"] += 1
-            self.held.append((reply, self._on_settled(m, m.incarnation, now, items)))
+            extends = {
+                a.receipt.offset: m.held[a.receipt.offset].extends
+                for a, _ in items
+                if a.kind == "extend"
+            }
+            self.held.append((reply, self._on_settled(m, m.incarnation, now, items, extends)))
 
     def _on_deliveries(self, m: Member, incarnation: int, sent: int):
         def deliver(value: list[Delivery]) -> None:
@@ -384,7 +391,9 @@ class ShareSim:
             if h is not None and h.lock_until > self.now:
                 self.fail(f"offset {o} delivered while {other.member_id} holds it ({h})")
 
-    def _on_settled(self, m: Member, incarnation: int, sent: int, items: list):
+    def _on_settled(
+        self, m: Member, incarnation: int, sent: int, items: list, extends: dict[int, int]
+    ):
         def settled(results: list) -> None:
             for (item, valid), result in zip(items, results, strict=True):
                 if result is not None:
@@ -400,7 +409,12 @@ class ShareSim:
                     self.not_before[o] = sent + item.ms
                 elif item.kind == "extend":
                     h = m.held.get(o)
-                    if m.incarnation == incarnation and h is not None and h.receipt == item.receipt:
+                    if (
+                        m.incarnation == incarnation
+                        and h is not None
+                        and h.receipt == item.receipt
+                        and h.extends == extends[o]  # no newer extend of it is in flight
+                    ):
                         h.lock_until = sent + item.ms
 
         return settled

@@ -24,6 +24,8 @@ def _run_one(seed: int) -> dict[str, int]:
 def test_share_sim_many_seeds() -> None:
     failures, totals = run_seeds(_run_one, SEED_BASE, SEEDS, REPLAY)
     assert not failures, "\n\n".join(failures)
+    if SEEDS < 50:
+        return  # a replay of a few seeds: the coverage below is about the whole default range
     # The schedules must exercise what they claim to.
     for what in ("crashes", "failovers", "checkpoints"):
         assert totals[what] >= SEEDS // 2, (what, totals)
