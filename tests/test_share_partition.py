@@ -410,7 +410,7 @@ def test_indexes_stay_bounded_over_many_cycles() -> None:
 # --------------------------------------------------------------------------- model-based
 
 
-def _model_run(seed: int, steps: int = 250) -> None:
+def _model_run(seed: int, steps: int = 400) -> None:
     rng = random.Random(seed)
     cfg = ShareConfig(
         lock_ms=rng.choice((300, 1000)),
@@ -425,7 +425,10 @@ def _model_run(seed: int, steps: int = 250) -> None:
     hw = 0
     members = ["a", "b", "c"]
     receipts: list[Receipt] = []
-    where = f"replay: seed {seed}"
+    where = (
+        f"seed {seed}; replay: PYTHONPATH=. .venv/bin/python -c "
+        f"'from tests.test_share_partition import _model_run; _model_run({seed})'"
+    )
 
     def both(name: str, *args, model_args: tuple | None = None):
         """Call ``name`` on both; they must agree on raising (and on the error's type)."""
@@ -532,7 +535,7 @@ def _observable(sp: SharePartition) -> dict[int, tuple]:
 
 @pytest.mark.parametrize("chunk", range(4))
 def test_matches_the_reference_model(chunk: int) -> None:
-    for seed in range(chunk * 100, chunk * 100 + 100):
+    for seed in range(chunk * 75, chunk * 75 + 75):
         _model_run(seed)
 
 
@@ -546,3 +549,12 @@ def test_describe_counts_each_kind_of_offset() -> None:
     assert (view.start, view.end) == (0, 10)
     assert (view.acquired, view.delayed, view.archiving) == (2, 2, 1)
     assert view.available == 5  # 5..9
+
+
+def test_an_extend_to_the_same_deadline_expires_once() -> None:
+    sp = make(end=1, config=ShareConfig(lock_ms=1000, max_deliveries=1))
+    d = sp.acquire("a", 1, 0).value[0]
+    sp.extend(d.receipt, 500, 500)  # the same deadline, 1000: two equal lock entries
+    sp.tick(1000)
+    assert sp.take_dead_letters() == [DeadLetter(0, 1, "max deliveries")]
+    assert sp.take_dead_letters() == []

@@ -453,6 +453,7 @@ class SharePartition:
                 and deadlines.get(o) == deadline
             ):
                 expired.append(o)
+                del deadlines[o]  # an equal entry (an extend to the same deadline) is stale
         if expired:
             self._unlock(expired, now_ms)
         delays = self._delays
@@ -475,7 +476,7 @@ class SharePartition:
         while dead and (limit is None or len(out) < limit):
             o = heapq.heappop(dead)
             slot = slots.get(o)
-            if slot is not None and slot.state == ARCHIVING:
+            if slot is not None and slot.state == ARCHIVING and o not in self._dead_out:
                 self._dead_out.add(o)
                 out.append(DeadLetter(o, slot.count, slot.reason))
         return out
