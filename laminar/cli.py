@@ -635,9 +635,21 @@ def produce(
     ] = None,
     acks: Annotated[str, typer.Option(help="all, leader or none.")] = "all",
     linger_ms: Annotated[float, typer.Option(help="Batching delay.")] = 5.0,
+    delay: Annotated[
+        str | None,
+        typer.Option(
+            "--delay",
+            help="Share groups deliver each record no earlier than this after it is sent "
+            "(30s, 5m, ...); stream consumers see it at once.",
+        ),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Send records: --value (COUNT times), --file, or one record per stdin line."""
+    try:
+        delay_ms = None if delay is None else parse_duration_ms(delay)
+    except UserError as exc:
+        fail(f"--delay: {exc}")
     if value is not None and file is not None:
         fail("give either --value or --file, not both")
     if acks not in ACKS_BY_NAME:
@@ -665,7 +677,7 @@ def produce(
 
     async def go() -> tuple[int, list[Any], float]:
         return await _produce(
-            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms
+            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms, delay_ms
         )
 
     sent, last, elapsed = run(go)
@@ -716,6 +728,7 @@ async def _produce(
     headers: tuple[tuple[str, bytes], ...],
     acks: str,
     linger_ms: float,
+    delay_ms: int | None = None,
 ) -> tuple[int, list[Any], float]:
     from rich.console import Console
     from rich.progress import Progress
@@ -731,7 +744,12 @@ async def _produce(
         async with Producer(bootstrap, acks=acks, linger_ms=linger_ms) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
-                    topic, record_value, key=record_key, headers=headers, partition=partition
+                    topic,
+                    record_value,
+                    key=record_key,
+                    headers=headers,
+                    partition=partition,
+                    delay_ms=delay_ms,
                 )
                 pending.append(future)
                 sent += 1
@@ -777,6 +795,27 @@ def consume(
             "committing what was printed.",
         ),
     ] = None,
+    share_group: Annotated[
+        str | None,
+        typer.Option(
+            "--share-group",
+            "-s",
+            help="Read as a member of this share group (the topic as a queue): messages no "
+            "other member holds, from every partition. --from earliest or latest applies "
+            "where the group is new. Without --follow, stops once nothing comes for 1 s.",
+        ),
+    ] = None,
+    ack: Annotated[
+        bool,
+        typer.Option(
+            "--ack/--release",
+            help="With --share-group: acknowledge each message once printed (done), or "
+            "release them all when the command ends (delivered again, to any member).",
+        ),
+    ] = True,
+    lock: Annotated[
+        str, typer.Option("--lock", help="With --share-group: the lock of each message.")
+    ] = "30s",
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records: up to the current end, or forever with --follow."""
@@ -786,6 +825,19 @@ def consume(
         position = parse_start(start)
     except UserError as exc:
         fail(str(exc))
+    if share_group is not None:
+        if group is not None:
+            fail("--group and --share-group do not mix")
+        if partition:
+            fail("--partition and --share-group do not mix (members read every partition)")
+        if position[0] not in ("earliest", "latest"):
+            fail("with --share-group, --from is earliest or latest (where the group is new)")
+        try:
+            lock_ms = parse_duration_ms(lock)
+        except UserError as exc:
+            fail(f"--lock: {exc}")
+        if lock_ms <= 0:
+            fail("--lock must be positive")
     if group is not None:
         if position[0] not in ("earliest", "latest"):
             fail("with --group, --from is earliest or latest (where nothing is committed yet)")
@@ -793,6 +845,18 @@ def consume(
             fail("--partition and --group do not mix (the group assigns partitions)")
 
     async def go() -> int:
+        if share_group is not None:
+            return await consume_share(
+                bootstrap,
+                topic,
+                share_group,
+                position[0] == "earliest",
+                follow,
+                count,
+                output,
+                ack,
+                lock_ms,
+            )
         if group is not None:
             return await consume_group(bootstrap, topic, group, position[0], follow, count, output)
         return await _consume(bootstrap, topic, partition, position, follow, count, output)
@@ -943,5 +1007,7 @@ def main() -> None:
 
 
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
+from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
 
 app.add_typer(group_app, name="group")
+app.add_typer(queue_app, name="queue")

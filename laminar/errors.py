@@ -138,6 +138,17 @@ class PartitionNotOwnedError(LaminarError):
     code = 26
 
 
+# Share groups (laminar/queues): codes 30-39.
+
+
+class ReceiptExpiredError(LaminarError):
+    """A receipt is not its offset's current acquisition (the lock expired, another member or a
+    newer delivery holds it, or it was already settled): the settlement did nothing; the
+    message may be delivered again (to this member or another)."""
+
+    code = 30
+
+
 ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
     cls.code: cls
     for cls in (
@@ -161,5 +172,6 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         NotCoordinatorError,
         InvalidOffsetError,
         PartitionNotOwnedError,
+        ReceiptExpiredError,
     )
 }

@@ -18,6 +18,7 @@ from laminar.segment.batch import (
     Record,
     build_batch,
     control_batch,
+    decode_into,
     decode_records,
     is_control,
     iter_batches,
@@ -189,3 +190,24 @@ def test_round_trip_property(recs: list, base: int, term: int) -> None:  # type:
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in out] == [
         (base + i, ts, k, v, tuple(hs)) for i, (k, v, hs, ts) in enumerate(recs)
     ]
+
+
+@given(
+    st.integers(1, 40),
+    st.data(),
+)
+@settings(max_examples=60, deadline=None)
+def test_decoding_a_window_of_a_batch_gives_exactly_those_records(
+    count: int, data: st.DataObject
+) -> None:
+    records = [
+        (b"k%d" % i, b"v" * (i * 7), [("h", b"%d" % i)] if i % 3 else (), i) for i in range(count)
+    ]
+    buf = bytearray(build_batch(records))
+    stamp(buf, 100, 1)
+    header = read_header(buf)
+    lo = data.draw(st.integers(100, 100 + count))
+    hi = data.draw(st.integers(lo, 100 + count + 2))
+    out: list[tuple[int, bytes | None]] = []
+    decode_into(bytes(buf), header, lambda o, _t, _k, v, _h: (o, v), out, lo, hi)
+    assert out == [(100 + i, b"v" * (i * 7)) for i in range(count) if lo <= 100 + i < hi]

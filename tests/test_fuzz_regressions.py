@@ -401,3 +401,27 @@ def test_a_forged_answer_to_a_forwarded_proposal_is_a_protocol_error(reply: Any)
     with pytest.raises(ProtocolError):
         _checked_reply(reply)
     assert _checked_reply({"index": 3, "result": None}) == {"index": 3, "result": None}
+
+
+def test_a_normal_entry_may_carry_share_state_but_not_a_core_control_batch() -> None:
+    """Share groups write their state as control batches in NORMAL entries (laminar.queues);
+    followers used to refuse every control batch there, so no share fetch on a replicated
+    partition ever committed. A NOOP/CONFIG control batch stays malformed in a NORMAL entry
+    (stored, it would read back as a core entry)."""
+    from laminar.queues.log_codec import encode_batch
+    from laminar.queues.records import StartMoved
+
+    share = encode_batch([("g", StartMoved(5))], 0, checkpoint=False)
+    noop = record_batch.control_batch(int(EntryKind.NOOP), b"", 0)
+
+    def decode_entry(data: bytes) -> Any:
+        entry = Entry(1, 0, 0, EntryKind.NORMAL, data)
+        message = RaftMessage(
+            type=MessageType.APPEND, to=1, frm=FAKE_PEER_ID, term=1, entries=[entry]
+        )
+        encoded, payload = encode_messages([(1, message)])
+        return decode_peer_message(encoded, memoryview(b"".join(bytes(p) for p in payload)))
+
+    decode_entry(share)
+    with pytest.raises(ProtocolError):
+        decode_entry(noop)

@@ -29,8 +29,12 @@ from laminar.client.group_types import (
 from laminar.client.groups import GroupClient
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.producer import Producer
+from laminar.client.queue_types import QueueDescription, QueuePartitionStatus
+from laminar.client.share_consumer import ShareConsumer
+from laminar.client.share_message import ShareMessage
 from laminar.client.types import (
     DEFAULT_BOOTSTRAP,
+    DELIVER_AT_HEADER,
     ConsumerRecord,
     FetchedBatches,
     RecordMetadata,
@@ -39,6 +43,7 @@ from laminar.client.types import (
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
+    "DELIVER_AT_HEADER",
     "Admin",
     "Cluster",
     "ClusterStatus",
@@ -60,9 +65,13 @@ __all__ = [
     "PartitionStatus",
     "Partitioner",
     "Producer",
+    "QueueDescription",
+    "QueuePartitionStatus",
     "RebalanceListener",
     "RecordMetadata",
     "ReplicaStatus",
+    "ShareConsumer",
+    "ShareMessage",
     "TopicDescription",
     "TopicPartition",
 ]

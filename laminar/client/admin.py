@@ -22,6 +22,8 @@ from laminar.client.group_types import (
 )
 from laminar.client.groups import OFFSETS_TOPIC, GroupClient
 from laminar.client.offsets import list_offsets
+from laminar.client.queue_admin import describe_queue
+from laminar.client.queue_types import QueueDescription
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
 from laminar.errors import (
@@ -207,6 +209,13 @@ class Admin:
             lag = max(end - offset, 0) if end is not None and offset is not None else None
             rows.append(PartitionLag(tp.topic, tp.partition, owners.get(tp), offset, end, lag))
         return dataclasses.replace(description, partitions=tuple(rows))
+
+    # share groups (queues) -------------------------------------------------------------
+    async def describe_queue(self, group: str, topic: str) -> QueueDescription:
+        """Share group ``group`` on each partition of ``topic``: start offset, available,
+        acquired, delayed, being dead-lettered, age of the oldest record not done; and how
+        many records its dead-letter topic ``<group>.dlq`` holds."""
+        return await describe_queue(self.cluster, group, topic)
 
     async def delete_group(self, group: str) -> None:
         """Delete a group with no members, offsets included (GroupNotEmptyError otherwise)."""

@@ -15,8 +15,10 @@ def decode_consumer_records(
     partition: int,
     from_offset: int,
     out: list[ConsumerRecord],
+    until_offset: int | None = None,
 ) -> None:
-    """Append the batch's records at or after ``from_offset`` to ``out``.
+    """Append the batch's records at or after ``from_offset`` (and before ``until_offset``,
+    see ``decode_into``) to ``out``.
 
     ``batch`` is exactly one batch (``header.batch_length`` bytes); CorruptBatchError if a
     record does not parse or the records do not fill the batch exactly.
@@ -31,4 +33,4 @@ def decode_consumer_records(
     ) -> ConsumerRecord:
         return _new(ConsumerRecord, (topic, partition, offset, timestamp, key, value, headers))
 
-    decode_into(batch, header, make, out, from_offset)
+    decode_into(batch, header, make, out, from_offset, until_offset)

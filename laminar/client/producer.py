@@ -25,7 +25,13 @@ from laminar.client.connection import is_retriable
 from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
-from laminar.client.types import DEFAULT_BOOTSTRAP, Headers, RecordMetadata, TopicPartition
+from laminar.client.types import (
+    DEFAULT_BOOTSTRAP,
+    DELIVER_AT_HEADER,
+    Headers,
+    RecordMetadata,
+    TopicPartition,
+)
 from laminar.errors import CorruptBatchError, LaminarError, NotLeaderError, UnknownPartitionError
 from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
 
@@ -50,6 +56,21 @@ def _check_headers(headers: Headers) -> Headers:
         ):
             raise TypeError(f"header {item!r} is not a (str, bytes | None) pair")
     return headers
+
+
+def _with_deliver_at(headers: Headers, deliver_at: int | None, delay_ms: int | None) -> Headers:
+    """``headers`` plus the delivery time header (replacing one given by hand)."""
+    if deliver_at is not None and delay_ms is not None:
+        raise ValueError("give deliver_at or delay_ms, not both")
+    if delay_ms is not None:
+        if delay_ms < 0:
+            raise ValueError(f"delay_ms must be >= 0, not {delay_ms}")
+        deliver_at = time_ns() // 1_000_000 + int(delay_ms)
+    assert deliver_at is not None
+    if deliver_at < 0:
+        raise ValueError(f"deliver_at must be >= 0 ms since the epoch, not {deliver_at}")
+    kept = [h for h in headers if h[0] != DELIVER_AT_HEADER]
+    return (*kept, (DELIVER_AT_HEADER, str(int(deliver_at)).encode()))
 
 
 class Producer:
@@ -147,16 +168,23 @@ class Producer:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        deliver_at: int | None = None,
+        delay_ms: int | None = None,
     ) -> RecordFuture:
         """Buffer one record; the returned awaitable resolves when the record is acknowledged.
 
         It yields the record's RecordMetadata or raises its delivery error, and works with
         ``asyncio.gather``/``wait``/``wait_for`` like a future. Waits only while the buffer is
         full (back-pressure) or the topic's metadata is loading.
+
+        ``deliver_at`` (ms since the epoch) or ``delay_ms`` (from now): share groups deliver
+        the record no earlier (a ``laminar-deliver-at`` header); stream consumers see it at once.
         """
         accumulator = self._accumulator
         if accumulator is None or self._closed:
             raise RuntimeError("producer is not started or already closed")
+        if deliver_at is not None or delay_ms is not None:
+            headers = _with_deliver_at(headers, deliver_at, delay_ms)
         # This is the per-record hot path: plain checks inline, no awaits unless needed.
         if value is not None and type(value) is not bytes:
             value = _as_bytes("value", value)
@@ -212,10 +240,19 @@ class Producer:
         headers: Headers = (),
         partition: int | None = None,
         timestamp_ms: int | None = None,
+        deliver_at: int | None = None,
+        delay_ms: int | None = None,
     ) -> RecordMetadata:
         """Send one record and wait for its acknowledgement (this ignores linger)."""
         future = await self.send(
-            topic, value, key=key, headers=headers, partition=partition, timestamp_ms=timestamp_ms
+            topic,
+            value,
+            key=key,
+            headers=headers,
+            partition=partition,
+            timestamp_ms=timestamp_ms,
+            deliver_at=deliver_at,
+            delay_ms=delay_ms,
         )
         if not future.done():
             await self.flush()

@@ -11,6 +11,10 @@ from laminar.transport import split_address
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9192,127.0.0.1:9292"
 """The three client addresses of the cluster `laminar dev` starts."""
 
+DELIVER_AT_HEADER = "laminar-deliver-at"
+"""Record header (ASCII ms since the epoch) that share groups do not deliver before (the same
+name as laminar.queues.driver's; stream consumers ignore it)."""
+
 Header = tuple[str, bytes | None]
 Headers = Sequence[Header]
 

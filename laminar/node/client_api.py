@@ -46,6 +46,7 @@ from laminar.protocol import (
     fill_error,
     request_body,
 )
+from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
 from laminar.segment.log import LogConfig
@@ -68,7 +69,10 @@ class ClientServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
-        self._handlers = group_wire.handlers(node.groups, node.node_id)
+        self._handlers = {
+            **group_wire.handlers(node.groups, node.node_id),
+            **queue_wire.handlers(node.queues, self._queue_replica),
+        }
 
     async def start(self) -> None:
         host, port = split_address(self.node.config.listen)
@@ -284,6 +288,11 @@ class ClientServer:
                 error = future.exception()
             if error is not None:
                 fill_error(results[position].error, error)
+
+    def _queue_replica(self, topic_name: str, partition: int) -> Replica:
+        if is_internal(topic_name):
+            raise InvalidRequestError(f"{topic_name} cannot be read as a queue")
+        return self._leader_replica(topic_name, partition)
 
     def _leader_replica(self, topic_name: str, partition: int) -> Replica:
         replica = self._any_replica(topic_name, partition)

@@ -39,6 +39,8 @@ from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
+from laminar.queues.partition import ShareConfig
+from laminar.queues.service import QueueService
 from laminar.raft import ConfState, RaftConfig
 from laminar.segment.log import LogConfig
 from laminar.transport import split_address
@@ -103,6 +105,12 @@ class Node:
             self.address_of,
             self.live_nodes,
         )
+        self.queues = QueueService(
+            ShareConfig(),
+            self.runtime,
+            lambda: config.listen,
+            lambda: max(1, min(3, len(self.live_nodes()))),
+        )
         self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
 
@@ -140,6 +148,7 @@ class Node:
             await self._start_network()
         self.runtime.start()
         self.groups.start()
+        self.queues.start()
         self._tasks = [
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -168,6 +177,7 @@ class Node:
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         await self.client_server.stop()
         await self.groups.stop()
+        await self.queues.stop()
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
@@ -355,6 +365,8 @@ class Node:
     def _leader_changed(self, replica: Replica) -> None:
         if replica.topic == INTERNAL_TOPIC:
             self.groups.leader_changed(replica)
+        elif replica.group != METADATA_GROUP:
+            self.queues.leader_changed(replica)
         if replica.group == METADATA_GROUP and not replica.is_leader:
             self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:

@@ -7,18 +7,20 @@ wire with no copy on the sending side and one slice on the receiving side.
 Decoding is where a peer's input is checked, since the peer port authenticates nothing: every
 value must fit what the node can store and send back (terms and offsets up to 2**62, so that
 ``+ 1`` still fits the signed 64-bit fields of batch headers and messages), and every NORMAL
-entry must be one intact record batch spanning exactly its offsets. Anything else is a
+entry must be one intact record batch spanning exactly its offsets (a control batch only if it
+is not the core's NOOP/CONFIG kind). Anything else is a
 ProtocolError, which closes that one connection before a Raft group sees any of the frame.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any, NamedTuple
 
 from laminar.errors import LaminarError, ProtocolError
 from laminar.protocol import cluster_schema, decode
 from laminar.raft import Entry, EntryKind, Message, MessageType
-from laminar.segment.batch import ATTR_CONTROL, check_batch
+from laminar.segment.batch import ATTR_CONTROL, check_batch, decode_records
 
 GroupMessage = tuple[int, Message]
 
@@ -169,6 +171,22 @@ def _entry(header: Any, data: memoryview) -> Entry:
             fields = check_batch(data)
         except LaminarError as exc:
             raise ProtocolError(f"raft entry {index} holds no intact batch: {exc}") from None
-        if fields[6] & ATTR_CONTROL or fields[14] != last - index + 1:
+        if fields[14] != last - index + 1:
             raise ProtocolError(f"raft entry {index} batch does not span [{index}, {last}]")
+        if fields[6] & ATTR_CONTROL and _core_control(data):
+            # Stored, it would read back as a NOOP/CONFIG entry (log_storage.batch_to_entry).
+            raise ProtocolError(f"raft entry {index} is NORMAL but holds a core control batch")
     return Entry(term, index, last, EntryKind(kind), data)
+
+
+_CORE_KEYS = frozenset(struct.pack(">H", int(k)) for k in (EntryKind.NOOP, EntryKind.CONFIG))
+
+
+def _core_control(data: memoryview) -> bool:
+    """A control batch the Raft core reads as its own entry (a NORMAL entry may carry other
+    control batches: the share-group state of laminar.queues)."""
+    try:
+        records = decode_records(data)
+    except LaminarError:
+        return True
+    return not records or (records[0].key or b"\0\0") in _CORE_KEYS

@@ -39,6 +39,9 @@ struct Request {
     listGroups @14 :Void;     # sent to every node: each answers the groups it coordinates
     describeGroup @15 :Text;
     deleteGroup @16 :Text;    # only a group with no members; its offsets go with it
+    # Share groups (queues): sent to the leader of each partition, like fetch.
+    shareFetch @17 :ShareFetchRequest;
+    describeQueue @18 :DescribeQueueRequest;
   }
 }
 
@@ -57,6 +60,8 @@ struct Response {
     offsets @10 :CommittedOffsets;
     groups @11 :GroupList;
     group @12 :GroupDescription;
+    shareFetch @13 :ShareFetchResponse;
+    queue @14 :QueueDescription;
   }
 }
 
@@ -313,4 +318,81 @@ struct GroupDescription {
   coordinator @3 :UInt32;
   members @4 :List(GroupMember);
   offsets @5 :List(CommittedOffset);
+}
+
+# ---------------------------------------------------------------------------- share groups
+# A share group reads a topic as a queue: any number of members read the same partition, each
+# record is acquired by one member at a time with a lock (visibility timeout) and settled on its
+# own. The state lives on the partition's leader and is written to the partition's own Raft log
+# as control batches (laminar/queues). See the README's queue table for the semantics.
+
+struct ShareAck {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  offset @2 :Int64;
+  deliveryCount @3 :UInt32;   # with the fetch's memberId: the receipt being settled
+  action @4 :UInt8;           # 0 ack, 1 release, 2 reject (to the dead-letter topic), 3 extend
+  ms @5 :UInt32;              # release: delay before the next delivery; extend: the new lock
+}
+
+struct ShareFetchRequest {
+  group @0 :Text;
+  memberId @1 :Text;
+  partitions @2 :List(GroupPartition);  # acquire from these (this node leads them)
+  maxRecords @3 :UInt32;      # 0: only settle the acks
+  lockMs @4 :UInt32;          # 0: the group's default (30 s)
+  maxWaitMs @5 :UInt32;       # long poll while nothing is available
+  acks @6 :List(ShareAck);    # settled before anything is acquired
+  fromEarliest @7 :Bool;      # a group new on a partition starts at its start (default: end)
+  # No byte limit: the reply holds every batch with an acquired record (an acquired record the
+  # member never saw would only come back when its lock ran out); maxRecords bounds it.
+}
+
+struct ShareAckResult {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  offset @2 :Int64;
+  error @3 :Error;            # ReceiptExpired: the lock ran out or the record went elsewhere
+}
+
+struct ShareAcquired {
+  offset @0 :Int64;
+  deliveryCount @1 :UInt32;
+  lockUntilMs @2 :Int64;
+}
+
+struct SharePartitionResult {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  error @2 :Error;
+  acquired @3 :List(ShareAcquired);
+  payloadOffset @4 :UInt32;   # whole record batches holding the acquired offsets (and others:
+  payloadLength @5 :UInt32;   # deliver only the acquired ones)
+}
+
+struct ShareFetchResponse {
+  results @0 :List(SharePartitionResult);
+  ackResults @1 :List(ShareAckResult);  # one per ack, in request order
+}
+
+struct DescribeQueueRequest {
+  group @0 :Text;
+  partitions @1 :List(GroupPartition);
+}
+
+struct QueuePartition {
+  topic @0 :Text;
+  partition @1 :UInt32;
+  error @2 :Error;
+  start @3 :Int64;            # every offset below is done (acked, skipped or dead-lettered)
+  end @4 :Int64;              # the partition's end as far as the queue has looked
+  available @5 :UInt32;
+  acquired @6 :UInt32;
+  delayed @7 :UInt32;
+  deadLettering @8 :UInt32;   # rejected or over max deliveries, being copied aside
+  oldestUnackedMs @9 :Int64;  # age of the oldest record not done (0: none)
+}
+
+struct QueueDescription {
+  partitions @0 :List(QueuePartition);
 }

@@ -302,12 +302,17 @@ def decode_into(
     make: Callable[..., T],
     out: list[T],
     from_offset: int = -1,
+    until_offset: int | None = None,
 ) -> None:
     """Append ``make(offset, timestamp, key, value, headers)`` for every record at or after
-    ``from_offset`` to ``out``; ``buf`` is exactly the batch ``h`` heads.
+    ``from_offset`` (and before ``until_offset``) to ``out``; ``buf`` is exactly the batch
+    ``h`` heads.
 
     One parser for every kind of record object (``Record`` here, the consumer's own records),
-    so they all accept and reject exactly the same bytes.
+    so they all accept and reject exactly the same bytes. With ``until_offset`` (a share
+    consumer wants a few records out of a large batch) only ``[from_offset, until_offset)`` is
+    parsed whole: records before are stepped over by their length once their offset is known,
+    and parsing stops at ``until_offset``; the caller relies on the batch's crc for the rest.
     """
     end = h.batch_length
     if len(buf) != end:
@@ -343,6 +348,12 @@ def decode_into(
                 pos += 1
             else:
                 od, pos = dec(buf, pos, rec_end)
+            if until_offset is not None:
+                if base + od < from_offset:
+                    pos = rec_end
+                    continue
+                if base + od >= until_offset:
+                    return
             b = buf[pos]
             if b == 1:
                 key = None

@@ -32,6 +32,7 @@ from laminar.errors import (
     OffsetOutOfRangeError,
 )
 from laminar.segment.batch import (
+    ATTR_CONTROL,
     CRC_START,
     HEADER_SIZE,
     STAMP,
@@ -412,6 +413,27 @@ class PartitionLog:
             if remaining <= 0:
                 break
         return out
+
+    def segment_bases(self) -> list[int]:
+        """First offset of every segment, oldest first."""
+        return list(self._bases)
+
+    def control_offsets(self, start: int, end: int) -> list[int]:
+        """Base offsets of the control batches starting in ``[start, end)``, from the batch
+        headers alone (no crc check: read them with ``batches``, which checks)."""
+        self._check_open()
+        found: list[int] = []
+        first = max(start, self._start)
+        for seg in self._segments[max(0, bisect_right(self._bases, first) - 1) :]:
+            if seg.base >= end:
+                break
+            pos = seg.locate(first)[0] if seg.base <= first < seg.end else 0
+            for _pos, h in seg.walk(pos, seg.size):
+                if h.base_offset >= end:
+                    break
+                if h.attributes & ATTR_CONTROL and h.base_offset >= start:
+                    found.append(h.base_offset)
+        return found
 
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose batch max_timestamp >= ts_ms, from the indexes' running max."""

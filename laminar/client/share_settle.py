@@ -1,0 +1,286 @@
+"""Settlements (ack, release, reject, extend) batched on the wire without the user seeing it.
+
+Each call queues one item and returns its future. Queued items ride on the next share fetch to
+their partition's leader (``take``), or after ``linger`` (default 0: the next turn of the event
+loop, which already gathers every call made in one go) go in an ack-only share fetch
+(``maxRecords = 0``), at most one of those in flight per node: items queued while it is in
+flight go together in the next one, so one request settles many receipts under load while a
+lone ack waits for nothing (Nagle's rule; a fixed 5 ms linger halved awaited-ack throughput).
+
+Two items for the same offset are never in flight at once (an ``extend`` then an ``ack`` must
+reach the node in that order). Items whose partition moved (NotLeader) or whose request failed
+in transport are queued again and retried until ``retry_for`` runs out; any other error is the
+item's result. A retried item may find its first attempt applied (the reply was lost): it then
+fails with ReceiptExpiredError although the settlement took effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from time import time_ns
+from typing import Any
+
+import structlog
+
+from laminar.client.cluster import Cluster
+from laminar.client.connection import is_retriable
+from laminar.client.offsets import target_node
+from laminar.client.share_message import ACK, EXTEND, ShareMessage
+from laminar.client.share_wire import WireAck, share_fetch
+from laminar.client.types import TopicPartition
+from laminar.errors import LaminarError, NotLeaderError
+from laminar.protocol import read_error
+
+log = structlog.get_logger(__name__)
+
+RETRY_BACKOFF = 0.1
+MAX_PER_REQUEST = 10_000
+
+OffsetKey = tuple[str, int, int]
+
+
+@dataclass(slots=True, eq=False)
+class Settlement:
+    message: ShareMessage
+    action: int
+    ms: int
+    future: asyncio.Future[None]
+    deadline: float  # loop time after which a retriable failure becomes the result
+    not_before: float = 0.0
+    sent_ms: int = field(default=0)
+
+    @property
+    def key(self) -> OffsetKey:
+        m = self.message
+        return (m.topic, m.partition, m.offset)
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.message.topic, self.message.partition)
+
+    def wire(self) -> WireAck:
+        m = self.message
+        return WireAck(m.topic, m.partition, m.offset, m.delivery_count, self.action, self.ms)
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    """A fire-and-forget settlement's error is not an unhandled one: the user chose not to
+    await it (a failed ack means the message may come again, which at-least-once allows)."""
+    if not future.cancelled() and future.exception() is not None:
+        log.debug("settlement failed", error=str(future.exception()))
+
+
+class Settler:
+    """The queue of one member's settlements and its ack-only requests."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        group: str,
+        member_id: str,
+        *,
+        linger_ms: float = 0.0,
+        request_timeout: float = 30.0,
+        retry_for: float = 30.0,
+    ) -> None:
+        self.cluster = cluster
+        self.group = group
+        self.member_id = member_id
+        self.linger = linger_ms / 1000
+        self.request_timeout = request_timeout
+        self.retry_for = retry_for
+        self.held: dict[OffsetKey, ShareMessage] = {}
+        """Messages delivered to this member and not yet acked, released or rejected."""
+        self._queue: list[Settlement] = []
+        self._in_flight: set[OffsetKey] = set()
+        self._requests: dict[int, asyncio.Task[None]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._pending: set[asyncio.Future[None]] = set()
+        self._loop = asyncio.get_running_loop()
+        self._closed = False
+
+    # queueing -----------------------------------------------------------------------------
+    def submit(self, message: ShareMessage, action: int, ms: int) -> asyncio.Future[None]:
+        loop = self._loop
+        future: asyncio.Future[None] = loop.create_future()
+        future.add_done_callback(_retrieve)
+        if self._closed:
+            future.set_exception(ConnectionError("share consumer closed"))
+            return future
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        if action != EXTEND:
+            self.held.pop((message.topic, message.partition, message.offset), None)
+        self._queue.append(Settlement(message, action, ms, future, loop.time() + self.retry_for))
+        if self._timer is None:
+            self._timer = loop.call_later(self.linger, self._flush)
+        return future
+
+    def take(self, node_id: int) -> list[Settlement]:
+        """Queued items for partitions ``node_id`` leads, to ride on a share fetch to it.
+        The caller hands them back through ``finish`` or ``failed``."""
+        if not self._queue:
+            return []
+        now = self._loop.time()
+        taken: list[Settlement] = []
+        kept: list[Settlement] = []
+        keys: set[OffsetKey] = set()
+        for item in self._queue:
+            if len(taken) < MAX_PER_REQUEST and self._sendable(item, now, keys, node_id):
+                taken.append(item)
+                keys.add(item.key)
+            else:
+                kept.append(item)
+        self._queue = kept
+        self._in_flight |= keys
+        return taken
+
+    def _sendable(self, item: Settlement, now: float, keys: set[OffsetKey], node: int) -> bool:
+        if item.not_before > now or item.key in self._in_flight or item.key in keys:
+            return False
+        try:
+            return target_node(self.cluster, item.tp) == node
+        except (ConnectionError, LaminarError):
+            return False
+
+    def _flush(self) -> None:
+        """Send what is queued, one ack-only request per node with none in flight."""
+        self._timer = None
+        if not self._queue or self._closed:
+            return
+        now = self._loop.time()
+        nodes: set[int] = set()
+        retry_at: float | None = None
+        for item in self._queue:
+            if item.not_before > now:
+                retry_at = min(retry_at or item.not_before, item.not_before)
+                continue
+            try:
+                nodes.add(target_node(self.cluster, item.tp))
+            except (ConnectionError, LaminarError) as exc:
+                self._retry_later(item, exc)
+                retry_at = min(retry_at or item.not_before, item.not_before)
+        for node in nodes - set(self._requests):
+            items = self.take(node)
+            if items:
+                self._requests[node] = asyncio.create_task(self._send(node, items))
+        if retry_at is not None:
+            self._schedule(max(retry_at - now, 0.0))
+
+    def _schedule(self, delay: float) -> None:
+        if self._closed:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= self._loop.time() + delay:
+                return
+            self._timer.cancel()
+        self._timer = self._loop.call_later(delay, self._flush)
+
+    async def _send(self, node: int, items: list[Settlement]) -> None:
+        try:
+            connection = await self.cluster.connection(node)
+            reply, _ = await share_fetch(
+                connection,
+                self.group,
+                self.member_id,
+                [],
+                max_records=0,
+                lock_ms=0,
+                max_wait_ms=0,
+                acks=self.wire(items),
+                from_earliest=False,
+                timeout=self.request_timeout,
+            )
+        except (ConnectionError, OSError, LaminarError) as exc:
+            if isinstance(exc, ConnectionError | OSError):
+                self.cluster.drop_node_connection(node)
+            self.failed(items, exc)
+            return
+        except BaseException:
+            self.failed(items, ConnectionError("settlement request cancelled"))
+            raise
+        finally:
+            self._requests.pop(node, None)
+            if self._queue:
+                self._schedule(0.0)
+        self.finish(items, reply.body.shareFetch.ackResults)
+
+    def wire(self, items: Sequence[Settlement]) -> list[WireAck]:
+        """The items as ShareAcks, stamped with the time they are sent."""
+        now_ms = time_ns() // 1_000_000
+        for item in items:
+            item.sent_ms = now_ms
+        return [item.wire() for item in items]
+
+    # results ------------------------------------------------------------------------------
+    def finish(self, items: Sequence[Settlement], results: Any) -> None:
+        """Resolve ``items`` with the node's per-item results (in request order)."""
+        errors = [read_error(r.error) for r in results]
+        if len(errors) != len(items):
+            self.failed(items, LaminarError("share fetch reply has the wrong number of results"))
+            return
+        for item, error in zip(items, errors, strict=True):
+            self._in_flight.discard(item.key)
+            if error is None:
+                if item.action == EXTEND:
+                    message = item.message
+                    message.lock_until_ms = max(message.lock_until_ms, item.sent_ms + item.ms)
+                if not item.future.done():
+                    item.future.set_result(None)
+            else:
+                self._failed_one(item, error)
+        if self._queue and self._timer is None:
+            self._schedule(0.0)
+
+    def failed(self, items: Sequence[Settlement], error: BaseException) -> None:
+        """The request carrying ``items`` failed as a whole."""
+        for item in items:
+            self._in_flight.discard(item.key)
+            self._failed_one(item, error)
+        if self._queue and self._timer is None:
+            self._schedule(RETRY_BACKOFF)
+
+    def _failed_one(self, item: Settlement, error: BaseException) -> None:
+        if item.future.done():
+            return
+        if is_retriable(error) and self._loop.time() < item.deadline:
+            self._retry_later(item, error)
+            self._queue.append(item)
+            return
+        if item.action != ACK:
+            log.debug("settlement failed", offset=item.key, error=str(error))
+        item.future.set_exception(error)
+
+    def _retry_later(self, item: Settlement, error: BaseException) -> None:
+        hinted = isinstance(error, NotLeaderError) and self.cluster.note_leader(
+            item.tp, error.leader_id, error.leader_address
+        )
+        if not hinted:
+            self.cluster.refresh_soon()
+            item.not_before = self._loop.time() + RETRY_BACKOFF
+
+    # closing ------------------------------------------------------------------------------
+    async def drain(self, timeout: float) -> None:
+        """Send everything queued now and wait (up to ``timeout``) for every result."""
+        if self._queue:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._flush()
+        pending = list(self._pending)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for task in self._requests.values():
+            task.cancel()
+        self._queue.clear()
+        for future in list(self._pending):
+            if not future.done():
+                future.set_exception(ConnectionError("share consumer closed"))

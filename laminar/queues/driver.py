@@ -1,0 +1,428 @@
+"""The share groups of one partition on its leader: the asyncio driver of ``SharePartition``s.
+
+One ``PartitionQueues`` lives for one leader term of one partition replica (as a consumer
+group shard's ``ShardDriver`` does):
+
+* **Load.** It waits until the leader has committed its whole log, finds the newest checkpoint
+  batch (``log_codec``) by walking control batches back from the log's end, and replays every
+  share batch from there into one ``SharePartition`` per group.
+* **Facts.** Before a group acquires, the records it may hand out are looked at once
+  (``_scan``): offsets of control batches are skipped (they hold no record), records carrying
+  a future ``laminar-deliver-at`` header are deferred, and the group learns the partition's
+  high watermark as its end. Each record is read once per group (and once more after a
+  failover); delayed records then sit in a heap, never in a scan.
+* **Append.** The records every group wrote in one loop iteration become one control batch,
+  proposed to the partition's own Raft group; a request's reply waits until the records it
+  depends on are committed (acquisitions too: a delivery a member has seen survives a
+  failover with its delivery count).
+* **Checkpoint.** When the share records since the last checkpoint outnumber twice the live
+  state (and ``checkpoint_min_records``), or the log rolled a segment since, every group's state
+  is restated in one checkpoint batch, so a new leader never reads further back than that and
+  retention (which keeps the active segment) never deletes the newest checkpoint.
+* **End.** Leadership lost or the replica closed: waiting requests fail with NotLeader and the
+  client goes to the new leader, which loads what was committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from laminar.errors import CorruptLogError, LaminarError, NotLeaderError, ReceiptExpiredError
+from laminar.groups.coordinator import Reply
+from laminar.node.replica import Replica, Waiter
+from laminar.queues.log_codec import decode_batch, encode_batch
+from laminar.queues.partition import (
+    Acknowledgement,
+    Delivery,
+    Receipt,
+    ShareConfig,
+    SharePartition,
+)
+from laminar.queues.records import Record
+from laminar.segment import batch as record_batch
+
+log = structlog.get_logger(__name__)
+
+DELIVER_AT_HEADER = "laminar-deliver-at"
+"""A record header (ASCII ms since the epoch): share groups deliver it no earlier."""
+READ_BYTES = 4 << 20
+POLL_SLICE = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Settle:
+    """One acknowledgement of a share fetch, by receipt (member of the fetch)."""
+
+    offset: int
+    delivery_count: int
+    kind: str  # ack | release | reject | extend
+    ms: int = 0
+
+
+class PartitionQueues:
+    def __init__(
+        self,
+        replica: Replica,
+        config: ShareConfig,
+        now_ms: Callable[[], int],
+        wake: Callable[[Replica], None],
+        storage_fault: Callable[[Replica, Exception], None],
+        checkpoint_min_records: int = 10_000,
+    ) -> None:
+        self.replica = replica
+        self.term = replica.raft.term
+        self.config = config
+        self._now_ms = now_ms
+        self._wake = wake
+        self._storage_fault = storage_fault
+        self.checkpoint_min_records = checkpoint_min_records
+        self.groups: dict[str, SharePartition] = {}
+        self.ended = False
+        self._scanned: dict[str, int] = {}
+        self._releases: list[tuple[str, int, asyncio.Future[None]]] = []
+        self._append_scheduled = False
+        self._since_checkpoint = 0
+        self._checkpoint_at = -1  # offset of the newest checkpoint batch (-1: none yet)
+        loop = asyncio.get_running_loop()
+        self._loaded: asyncio.Future[None] = loop.create_future()
+        self._load_task = loop.create_task(self._load())
+
+    @property
+    def current(self) -> bool:
+        replica = self.replica
+        return (
+            not self.ended
+            and not replica.closed
+            and replica.is_leader
+            and replica.raft.term == self.term
+        )
+
+    # ------------------------------------------------------------------ requests
+
+    async def fetch(
+        self,
+        group: str,
+        member_id: str,
+        settles: Sequence[Settle],
+        max_records: int,
+        lock_ms: int | None,
+        from_earliest: bool,
+        max_wait_ms: int,
+    ) -> tuple[list[LaminarError | None], list[Delivery]]:
+        """Settle ``settles``, then acquire up to ``max_records`` (long-polling up to
+        ``max_wait_ms`` while none is available); returns once all of it is durable."""
+        await self.ready()
+        waits: list[tuple[str, int]] = []
+        results: list[LaminarError | None] = []
+        if settles:
+            partition = self.groups.get(group)
+            if partition is None:
+                results = [ReceiptExpiredError(f"group {group} holds nothing here")] * len(settles)
+            else:
+                reply = partition.acknowledge(
+                    [
+                        Acknowledgement(
+                            Receipt(member_id, s.offset, s.delivery_count), s.kind, s.ms
+                        )
+                        for s in settles
+                    ],
+                    self._now_ms(),
+                )
+                results = reply.value
+                waits.append((group, reply.after))
+        deliveries: list[Delivery] = []
+        if max_records > 0:
+            partition = self._group(group, from_earliest)
+            deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+            while True:
+                self._scan(group, partition)
+                reply = partition.acquire(member_id, max_records, self._now_ms(), lock_ms)
+                deliveries = reply.value
+                waits.append((group, reply.after))
+                remaining = deadline - asyncio.get_running_loop().time()
+                if deliveries or remaining <= 0:
+                    break
+                await self._new_data(min(remaining, POLL_SLICE))
+                self._check()
+        self._schedule_append()
+        for name, after in waits:
+            await self._released(name, after)
+        return results, deliveries
+
+    def read(self, deliveries: Sequence[Delivery]) -> list[bytes]:
+        """Whole batches holding the delivered offsets (each batch once), crc-checked. All of
+        them, whatever their size: an acquired record the member never sees would only come
+        back once its lock ran out (``max_records`` bounds a fetch instead)."""
+        out: list[bytes] = []
+        covered = -1
+        for offset in sorted(d.offset for d in deliveries):
+            if offset <= covered:
+                continue
+            batch = self.replica.log.batches(offset, offset + 1, READ_BYTES)[0]
+            header = record_batch.read_header(batch)
+            covered = header.base_offset + header.last_offset_delta
+            out.append(bytes(batch))
+        return out
+
+    async def ready(self) -> None:
+        """Wait until loaded (NotLeaderError if leadership ends first)."""
+        if not self._loaded.done():
+            await asyncio.wait_for(asyncio.shield(self._loaded), 10.0)
+        self._check()
+
+    def describe(self, group: str) -> Any:
+        partition = self.groups.get(group)
+        return None if partition is None else partition.describe(self._now_ms())
+
+    def oldest_unacked_age(self, group: str) -> int:
+        """Milliseconds since the oldest record the group has not done was written (0: none)."""
+        partition = self.groups.get(group)
+        log_ = self.replica.log
+        if partition is None or not log_.start_offset <= partition.start < partition.end:
+            return 0
+        batch = log_.batches(partition.start, partition.start + 1, READ_BYTES)[0]
+        for record in record_batch.decode_records(batch):
+            if record.offset >= partition.start:
+                return max(0, self._now_ms() - record.timestamp)
+        return 0
+
+    # ------------------------------------------------------------------ driver
+
+    def tick(self) -> list[tuple[str, list[Any]]]:
+        """Expire locks, make due delays available, checkpoint if due; returns the dead
+        letters each group wants copied aside ((group, letters))."""
+        if not self._loaded.done() or not self._usable():
+            return []
+        now = self._now_ms()
+        letters = []
+        for name, partition in self.groups.items():
+            partition.tick(now)
+            taken = partition.take_dead_letters(limit=500)
+            if taken:
+                letters.append((name, taken))
+        if self._checkpoint_due():
+            self._checkpoint()
+        self._schedule_append()
+        return letters
+
+    def dead_letters_done(self, group: str, offsets: list[int], copied: bool) -> None:
+        partition = self.groups.get(group)
+        if partition is None or not self._usable():
+            return
+        if copied:
+            partition.dead_letters_copied(offsets)
+            self._schedule_append()
+        else:
+            partition.dead_letters_failed(offsets)
+
+    def end(self, reason: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        for partition in self.groups.values():
+            partition.records_lost()
+        self._load_task.cancel()
+        error = NotLeaderError(f"not the partition's leader any more: {reason}")
+        if not self._loaded.done():
+            self._loaded.set_exception(error)
+            self._loaded.exception()
+        releases, self._releases = self._releases, []
+        for _group, _after, future in releases:
+            if not future.done():
+                future.set_exception(error)
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self) -> None:
+        if not self._usable():
+            raise NotLeaderError("not the partition's leader any more")
+
+    def _usable(self) -> bool:
+        if not self.current:
+            self.end("leadership lost")
+            return False
+        return True
+
+    def _group(self, group: str, from_earliest: bool) -> SharePartition:
+        partition = self.groups.get(group)
+        if partition is None:
+            log_ = self.replica.log
+            start = log_.start_offset if from_earliest else self.replica.high_watermark
+            partition = SharePartition(self.config, self._now_ms(), start=start)
+            self.groups[group] = partition
+        return partition
+
+    def _scan(self, group: str, partition: SharePartition) -> None:
+        """Tell ``partition`` what it may hand out next: skips, delays, the end."""
+        replica = self.replica
+        if partition.start < replica.log.start_offset:  # retention took records never done
+            partition.advance_start(replica.log.start_offset)
+        start = max(self._scanned.get(group, 0), partition.start)
+        end = min(replica.high_watermark, partition.window_end)
+        now = self._now_ms()
+        while start < end:
+            for batch in replica.log.batches(start, end, READ_BYTES):
+                header = record_batch.read_header(batch)
+                last = header.base_offset + header.last_offset_delta
+                # A batch may reach past ``end`` (the group's window): only what lies before
+                # is told now; the next scan starts at ``end`` and reads the rest.
+                if record_batch.is_control(header):
+                    partition.skip(header.base_offset, min(last + 1, end))
+                else:
+                    for record in record_batch.decode_records(batch):
+                        due = _deliver_at(record.headers)
+                        if due > now and start <= record.offset < end:
+                            partition.defer(record.offset, record.offset + 1, due)
+                start = last + 1
+                if start >= end:
+                    break
+        partition.end_offset(end)
+        self._scanned[group] = max(self._scanned.get(group, 0), end)
+
+    async def _new_data(self, seconds: float) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self.replica.fetch_waiters.append(waiter)
+        await asyncio.wait([waiter], timeout=seconds)
+
+    async def _released(self, group: str, after: int) -> None:
+        partition = self.groups.get(group)
+        if partition is None or partition.is_released(Reply(None, after)):
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._releases.append((group, after, future))
+        await future
+
+    def _live_records(self) -> int:
+        return sum(1 + len(p.state.slots) for p in self.groups.values())
+
+    def _checkpoint_due(self) -> bool:
+        if not self.groups:
+            return False
+        if self._since_checkpoint > max(self.checkpoint_min_records, 2 * self._live_records()):
+            return True
+        bases = self.replica.log.segment_bases()
+        return self._checkpoint_at < bases[-1] and self._since_checkpoint > 0
+
+    def _checkpoint(self) -> None:
+        self._append()  # pending records first: the checkpoint batch restates everything
+        for partition in self.groups.values():
+            partition.checkpoint()
+        self._append(checkpoint=True)
+
+    def _schedule_append(self) -> None:
+        if not self._append_scheduled:
+            self._append_scheduled = True
+            asyncio.get_running_loop().call_soon(self._append)
+
+    def _append(self, checkpoint: bool = False) -> None:
+        self._append_scheduled = False
+        if not self._usable():
+            return
+        items: list[tuple[str, Record]] = []
+        written: dict[str, int] = {}
+        for name, partition in self.groups.items():
+            batch = partition.take_batch()
+            if batch:
+                items += [(name, record) for record in batch]
+                written[name] = partition.written
+        if not items:
+            return
+        data = encode_batch(items, self._now_ms(), checkpoint)
+        try:
+            base, last = self.replica.raft.propose(data, len(items))
+        except LaminarError as exc:
+            self.end(f"append refused: {exc}")
+            return
+        self._since_checkpoint = len(items) if checkpoint else self._since_checkpoint + len(items)
+        if checkpoint:
+            self._checkpoint_at = base
+        future = asyncio.get_running_loop().create_future()
+        self.replica.commit_waiters.append(Waiter(last, future))
+        future.add_done_callback(lambda f: self._committed(f, written))
+        self._wake(self.replica)
+
+    def _committed(self, future: asyncio.Future[Any], written: dict[str, int]) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self.end("an append did not commit")
+            return
+        if self.ended:
+            return
+        for name, count in written.items():
+            self.groups[name].records_committed(count)
+        keep = []
+        for name, after, waiting in self._releases:
+            partition = self.groups.get(name)
+            if partition is not None and partition.is_released(Reply(None, after)):
+                if not waiting.done():
+                    waiting.set_result(None)
+            else:
+                keep.append((name, after, waiting))
+        self._releases = keep
+
+    async def _load(self) -> None:
+        replica = self.replica
+        try:
+            target = replica.raft.last_index
+            if replica.raft.commit < target:
+                waiter = Waiter(target, asyncio.get_running_loop().create_future())
+                replica.commit_waiters.append(waiter)
+                await waiter.future
+            if not self.current:
+                raise NotLeaderError("leadership lost while loading")
+            records = self._replay(replica.raft.commit + 1)
+        except (LaminarError, OSError, ValueError) as exc:
+            self.end(f"could not load: {exc}")
+            if isinstance(exc, CorruptLogError):
+                self._storage_fault(replica, exc)
+            return
+        now = self._now_ms()
+        for name, recs in records.items():
+            partition = SharePartition(self.config, now, recs)
+            if partition.start < replica.log.start_offset:  # retention took the rest
+                partition.advance_start(replica.log.start_offset)
+            self.groups[name] = partition
+        if records:
+            log.info("share groups loaded", partition=replica.partition, groups=len(records))
+        self._loaded.set_result(None)
+
+    def _replay(self, end: int) -> dict[str, list[Record]]:
+        """Every group's records from the newest checkpoint batch on (or the log's start)."""
+        log_ = self.replica.log
+        bases = log_.segment_bases()
+        start = log_.start_offset
+        found: list[tuple[int, list[tuple[str, Record]]]] = []
+        for i in range(len(bases) - 1, -1, -1):
+            seg_end = bases[i + 1] if i + 1 < len(bases) else end
+            batches = []
+            for offset in log_.control_offsets(max(bases[i], start), min(seg_end, end)):
+                decoded = decode_batch(log_.batches(offset, offset + 1, READ_BYTES)[0])
+                if decoded is not None:
+                    batches.append((offset, decoded))
+            checkpoints = [k for k, (_o, (is_cp, _items)) in enumerate(batches) if is_cp]
+            if checkpoints:
+                k = checkpoints[-1]
+                self._checkpoint_at = batches[k][0]
+                found = [(o, items) for o, (_cp, items) in batches[k:]] + found
+                break
+            found = [(o, items) for o, (_cp, items) in batches] + found
+        out: dict[str, list[Record]] = {}
+        for _offset, items in found:
+            for group, record in items:
+                out.setdefault(group, []).append(record)
+        self._since_checkpoint = sum(len(items) for _o, items in found)
+        return out
+
+
+def _deliver_at(headers: Sequence[tuple[str, bytes | None]]) -> int:
+    for name, value in headers:
+        if name == DELIVER_AT_HEADER and value:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0

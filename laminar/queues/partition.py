@@ -1,0 +1,634 @@
+"""One share group's queue state on one partition: a deterministic sans-I/O state machine.
+
+Any number of members of a share group read the same partition. ``acquire`` hands a member the
+lowest available offsets, each with a lock (visibility timeout) and a delivery count; the member
+settles each with the ``Receipt`` it was given: ``ack`` (done), ``release`` (deliver again, now
+or after a delay), ``reject`` (to the dead-letter topic) or ``extend`` (keep the lock longer). A
+receipt that is not its offset's current acquisition is refused with ``ReceiptExpiredError``.
+
+Per offset::
+
+    fresh/AVAILABLE --acquire--> ACQUIRED --ack/skip--> ACKED (done)
+         ^   (due_ms: delayed)      |  \\--reject, or expiry/release at max_deliveries-->
+         |                          |      ARCHIVING --dead_letters_copied--> ARCHIVED (done)
+         +--release / lock expiry / member_gone--+
+
+Ordering: available offsets go out in offset order, so an offset that comes back (released,
+lock expired, member gone, delay due) goes out again before any higher offset not yet
+delivered; relative to offsets already delivered after it, it is of course out of order. A
+delayed offset goes out once due, in offset order among those available then.
+
+Bounds: ``start`` is the lowest offset not done; state exists only for offsets in
+``[start, start + max_in_flight)`` and nothing at or beyond ``window_end`` is handed out, so one
+stuck offset (long delay, slow member) stops delivery ``max_in_flight`` offsets later.
+
+Durability (the model of ``laminar.groups.coordinator``): every change to the durable state is
+a record (``records.py``) folded by ``ShareState.apply``, the function a replay uses. The driver
+takes the records with ``take_batch``, appends each batch as one entry of the partition's log and
+reports ``records_committed(n)``; every call a client waits for returns a ``Reply`` whose
+``after`` says how many records must be durable before it is sent. Decisions:
+
+* acquisitions are durable (member, delivery count, lock duration) and an acquire's reply waits
+  for them: a delivery a member has seen is always in the durable state, so delivery counts
+  never go back across a failover and ``max_deliveries`` holds exactly, and after a failover a
+  member's receipts stay valid (its acks still succeed, no needless redelivery);
+* lock deadlines are timers, not records: a new leader restarts every lock at its take-over
+  time with the last durable lock duration (``extend`` writes one), so a lock is never shorter
+  than what its member was told. A client whose ``extend`` got no reply must assume the shorter
+  of its old and new lock (the extend may or may not be durable);
+* due times of delays are absolute times in the records: ``now_ms`` must be a clock shared by
+  the nodes (wall-clock ms), as ``deliver_at`` of a producer is;
+* ``end_offset`` and the dead letters handed out are not durable: after a failover the driver
+  reports the end again (re-reporting skips and defers is harmless) and every archived offset
+  whose copy is not durable is handed out again (at-least-once into the dead-letter topic).
+
+Time is always passed in; nothing here reads a clock, does I/O or draws randomness.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from laminar.errors import InvalidRequestError, LaminarError, ReceiptExpiredError
+from laminar.groups.coordinator import Reply
+from laminar.queues.records import (
+    Acked,
+    Acquired,
+    Archived,
+    DeadLettered,
+    Extended,
+    Record,
+    Released,
+    ShareState,
+    SlotState,
+    StartMoved,
+    runs_of,
+    snapshot,
+)
+
+MAX_DELIVERIES_REASON = "max deliveries"
+REJECTED_REASON = "rejected"
+AVAILABLE, ACQUIRED, ARCHIVING = SlotState.AVAILABLE, SlotState.ACQUIRED, SlotState.ARCHIVING
+
+
+@dataclass(frozen=True, slots=True)
+class ShareConfig:
+    lock_ms: int = 30_000  # default visibility timeout
+    max_deliveries: int = 5
+    max_in_flight: int = 10_000  # offsets tracked at/after start (bounds memory and state size)
+    max_lock_ms: int = 12 * 3600 * 1000  # the longest lock an acquire or extend may ask for
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lock_ms <= self.max_lock_ms:
+            raise ValueError("need 0 < lock_ms <= max_lock_ms")
+        if self.max_deliveries < 1 or self.max_in_flight < 1:
+            raise ValueError("max_deliveries and max_in_flight must be >= 1")
+
+
+class Receipt(NamedTuple):
+    """Proof of one delivery: who holds which offset at which delivery count."""
+
+    member_id: str
+    offset: int
+    delivery_count: int
+
+
+class Delivery(NamedTuple):
+    receipt: Receipt
+    lock_until_ms: int  # the lock runs out then unless extended
+
+    @property
+    def offset(self) -> int:
+        return self.receipt.offset
+
+    @property
+    def delivery_count(self) -> int:
+        return self.receipt.delivery_count
+
+
+Kind = Literal["ack", "release", "reject", "extend"]
+
+
+class Acknowledgement(NamedTuple):
+    """One settlement in a batch; ``ms``: the delay of a release, the new lock of an extend."""
+
+    receipt: Receipt
+    kind: Kind
+    ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    offset: int
+    delivery_count: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ShareView:
+    """What ``laminar queue describe`` shows for one partition."""
+
+    start: int
+    end: int
+    available: int
+    acquired: int
+    delayed: int
+    archiving: int
+
+
+class SharePartition:
+    """The queue state of one share group on one partition. See the module docstring."""
+
+    def __init__(
+        self,
+        config: ShareConfig,
+        now_ms: int,
+        records: Iterable[Record] = (),
+        start: int | None = None,
+    ) -> None:
+        """Replay ``records`` (the durable log, or the log from its newest ``Snapshot`` on).
+        ``start``: where a share group that has no records yet begins (written as a record)."""
+        self.config = config
+        self.state = ShareState()
+        for record in records:
+            self.state.apply(record)
+        self._outbox: list[Record] = []
+        self._written = 0
+        self._committed = 0
+        self._lost = False
+        self._end = self.state.start
+        self._cursor = self.state.start  # every offset below is either < start or has a slot
+        self._deadline: dict[int, int] = {}
+        self._locks: list[tuple[int, int, int]] = []  # (deadline, offset, delivery count)
+        self._delays: list[tuple[int, int]] = []  # (due, offset)
+        self._ready: list[int] = []  # AVAILABLE slots that are due (may hold stale entries)
+        self._dead: list[int] = []  # ARCHIVING offsets not handed to the driver yet
+        self._dead_out: set[int] = set()  # ARCHIVING offsets handed out, copy not confirmed
+        self._rebuild_indexes(now_ms)
+        if start is not None and start > self.state.start:
+            self._write(StartMoved(start))
+
+    # ------------------------------------------------------------------ log interface
+
+    @property
+    def written(self) -> int:
+        return self._written
+
+    @property
+    def committed(self) -> int:
+        return self._committed
+
+    def take_batch(self) -> tuple[Record, ...]:
+        """Records written since the last call; the driver appends them as one atomic entry."""
+        out, self._outbox = tuple(self._outbox), []
+        return out
+
+    def records_committed(self, up_to: int) -> None:
+        """The first ``up_to`` records of this instance are durable."""
+        self._alive()
+        if up_to > self._written:
+            raise ValueError(f"{up_to} records committed but only {self._written} written")
+        self._committed = max(self._committed, up_to)
+
+    def records_lost(self) -> None:
+        """An append failed: this object is unusable; rebuild from the durable records."""
+        self._lost = True
+
+    def is_released(self, reply: Reply) -> bool:
+        return reply.after <= self._committed
+
+    def checkpoint(self) -> int:
+        """Restate the whole state as one ``Snapshot`` record (returns 1). Once it is durable a
+        replay may start at it, so the log before it can be dropped."""
+        self._alive()
+        self._outbox.append(snapshot(self.state))
+        self._written += 1
+        return 1
+
+    # ------------------------------------------------------------------ the partition
+
+    @property
+    def start(self) -> int:
+        return self.state.start
+
+    @property
+    def end(self) -> int:
+        return self._end
+
+    @property
+    def window_end(self) -> int:
+        """Nothing at or beyond this is tracked or handed out (``start + max_in_flight``)."""
+        return self.state.start + self.config.max_in_flight
+
+    def end_offset(self, end: int) -> None:
+        """Offsets below ``end`` exist and the driver has reported the ``skip`` and ``defer`` of
+        every one of them. It reads each record once it is committed and below ``window_end``:
+        ``hi = min(high_watermark, window_end)``; report ``[end, hi)``; ``end_offset(hi)``.
+        A smaller value than before is ignored. Not durable: a new instance starts at
+        ``start`` and the driver reports again."""
+        self._alive()
+        self._end = max(self._end, min(end, self.window_end))
+
+    def skip(self, first: int, end: int) -> None:
+        """Offsets ``[first, end)`` hold no record (control batch, no-op entry): done. Only
+        offsets that are available or acquired change (an archived one holds a record)."""
+        self._alive()
+        lo, hi = self._range(first, end)
+        todo = [o for o in range(lo, hi) if self._slot_state(o) in (None, AVAILABLE, ACQUIRED)]
+        if todo:
+            self._settled(todo)
+            self._write(Acked(runs_of(todo)))
+
+    def defer(self, first: int, end: int, until_ms: int) -> None:
+        """Records ``[first, end)`` must not be delivered before ``until_ms`` (``deliver_at``).
+        Only offsets never delivered are parked (no delivery is counted); the rest are left
+        alone, so reporting the same records again after a failover is harmless."""
+        self._alive()
+        lo, hi = self._range(first, end)
+        todo = []
+        for o in range(lo, hi):
+            slot = self.state.slots.get(o)
+            if slot is None or (
+                slot.state == AVAILABLE and slot.count == 0 and slot.due_ms != until_ms
+            ):
+                todo.append(o)
+        if todo:
+            self._write(Released(until_ms, runs_of(todo)))
+            for o in todo:  # available once tick() reaches the due time (acquire ticks first)
+                heapq.heappush(self._delays, (until_ms, o))
+
+    def advance_start(self, offset: int) -> None:
+        """Everything below ``offset`` is done without delivery (log retention removed it, or an
+        admin reset): its state, dead letters not yet copied included, is dropped."""
+        self._alive()
+        if offset > self.state.start:
+            self._write(StartMoved(offset))
+            for o in [o for o in self._deadline if o < offset]:
+                del self._deadline[o]
+            self._dead_out = {o for o in self._dead_out if o >= offset}
+            self._cursor = max(self._cursor, self.state.start)
+
+    # ------------------------------------------------------------------ members
+
+    def acquire(
+        self, member_id: str, max_records: int, now_ms: int, lock_ms: int | None = None
+    ) -> Reply[list[Delivery]]:
+        """Lock up to ``max_records`` of the lowest available offsets for ``member_id``."""
+        self._alive()
+        _require_member(member_id)
+        lock = self.config.lock_ms if lock_ms is None else lock_ms
+        if not 0 < lock <= self.config.max_lock_ms:
+            raise InvalidRequestError(f"lock_ms must be in (0, {self.config.max_lock_ms}]")
+        if not isinstance(max_records, int) or max_records < 1:
+            raise InvalidRequestError("max_records must be >= 1")
+        self.tick(now_ms)
+        slots, ready = self.state.slots, self._ready
+        limit = min(self._end, self.window_end)
+        cursor = self._cursor
+        picked: list[tuple[int, int]] = []  # (offset, delivery count)
+        taken: set[int] = set()
+        while len(picked) < max_records:
+            while ready:
+                slot = slots.get(ready[0])
+                if (
+                    slot is not None
+                    and slot.state == AVAILABLE
+                    and slot.due_ms <= now_ms
+                    and ready[0] not in taken
+                ):
+                    break
+                heapq.heappop(ready)
+            if not ready:  # the common case: only fresh offsets are left
+                while len(picked) < max_records and cursor < limit:
+                    if cursor not in slots:
+                        picked.append((cursor, 1))
+                    cursor += 1
+                break
+            while cursor in slots:
+                cursor += 1
+            if ready[0] < cursor:
+                if ready[0] >= limit:
+                    break
+                o = heapq.heappop(ready)
+                taken.add(o)
+                picked.append((o, slots[o].count + 1))
+            elif cursor < limit:
+                picked.append((cursor, 1))
+                cursor += 1
+            else:
+                break
+        self._cursor = cursor
+        if not picked:
+            return Reply([], self._written)
+        runs: list[tuple[int, int, int]] = []
+        for o, count in picked:  # ascending: both sources are taken lowest first
+            if runs and runs[-1][1] == o and runs[-1][2] == count:
+                runs[-1] = (runs[-1][0], o + 1, count)
+            else:
+                runs.append((o, o + 1, count))
+        self._write(Acquired(member_id, lock, tuple(runs)))
+        deadline = now_ms + lock
+        out = []
+        deadlines, locks, push = self._deadline, self._locks, heapq.heappush
+        for o, count in picked:
+            deadlines[o] = deadline
+            push(locks, (deadline, o, count))
+            out.append(Delivery(Receipt(member_id, o, count), deadline))
+        return Reply(out, self._written)
+
+    def acknowledge(
+        self, items: Sequence[Acknowledgement], now_ms: int
+    ) -> Reply[list[LaminarError | None]]:
+        """Settle many receipts at once, each on its own: the result lists ``None`` (done) or
+        the error of that item (``ReceiptExpiredError``, ``InvalidRequestError``), so one stale
+        receipt in a batch does not undo the others. Items apply in order: a receipt settled
+        earlier in the batch is expired for the later items (an extend does not settle)."""
+        self._alive()
+        self.tick(now_ms)
+        slots, cfg = self.state.slots, self.config
+        results: list[LaminarError | None] = []
+        settled: set[int] = set()
+        acks: list[int] = []
+        rejects: list[int] = []
+        maxed: list[int] = []
+        releases: dict[int, list[int]] = {}
+        extends: dict[int, int] = {}  # offset -> lock ms (the last extend of it wins)
+        for item in items:
+            r = item.receipt
+            slot = slots.get(r.offset)
+            if (
+                slot is None
+                or slot.state != ACQUIRED
+                or slot.member != r.member_id
+                or slot.count != r.delivery_count
+                or r.offset in settled
+            ):
+                results.append(ReceiptExpiredError(f"receipt {r} is not current"))
+                continue
+            kind = item.kind
+            if kind == "ack":
+                acks.append(r.offset)
+            elif kind == "reject":
+                rejects.append(r.offset)
+            elif kind == "release":
+                if not isinstance(item.ms, int) or item.ms < 0:
+                    results.append(InvalidRequestError("a release delay must be >= 0 ms"))
+                    continue
+                if slot.count >= cfg.max_deliveries:
+                    maxed.append(r.offset)
+                else:
+                    releases.setdefault(now_ms + item.ms, []).append(r.offset)
+            elif kind == "extend":
+                if not isinstance(item.ms, int) or not 0 < item.ms <= cfg.max_lock_ms:
+                    results.append(
+                        InvalidRequestError(f"extend ms must be in (0, {cfg.max_lock_ms}]")
+                    )
+                    continue
+                extends[r.offset] = item.ms
+                results.append(None)
+                continue
+            else:
+                results.append(InvalidRequestError(f"unknown acknowledgement {kind!r}"))
+                continue
+            settled.add(r.offset)
+            results.append(None)
+        by_ms: dict[int, list[int]] = {}
+        for o, ms in extends.items():
+            if o not in settled:
+                by_ms.setdefault(ms, []).append(o)
+        for ms, offsets in by_ms.items():
+            self._write(Extended(ms, runs_of(offsets)))
+            for o in offsets:
+                self._lock(o, now_ms + ms, slots[o].count)
+        self._settled(settled)
+        if acks:
+            self._write(Acked(runs_of(acks)))
+        self._archive(rejects, REJECTED_REASON)
+        self._archive(maxed, MAX_DELIVERIES_REASON)
+        for due, offsets in releases.items():
+            self._write(Released(due if due > now_ms else 0, runs_of(offsets)))
+            self._became_available(offsets, due, now_ms)
+        return Reply(results, self._written)
+
+    def ack(self, receipt: Receipt, now_ms: int) -> Reply[None]:
+        return self._one(Acknowledgement(receipt, "ack"), now_ms)
+
+    def release(self, receipt: Receipt, now_ms: int, delay_ms: int = 0) -> Reply[None]:
+        """Deliver again after ``delay_ms``; at ``max_deliveries`` it is archived instead."""
+        return self._one(Acknowledgement(receipt, "release", delay_ms), now_ms)
+
+    def reject(self, receipt: Receipt, now_ms: int) -> Reply[None]:
+        return self._one(Acknowledgement(receipt, "reject"), now_ms)
+
+    def extend(self, receipt: Receipt, now_ms: int, ms: int) -> Reply[None]:
+        """The lock now runs out at ``now_ms + ms`` (sooner or later than before)."""
+        return self._one(Acknowledgement(receipt, "extend", ms), now_ms)
+
+    def member_gone(self, member_id: str, now_ms: int) -> None:
+        """The member left or timed out: what it holds is available at once (count kept).
+        Scans the window: membership changes are rare next to acquires."""
+        self._alive()
+        self.tick(now_ms)
+        held = [
+            o for o, s in self.state.slots.items() if s.state == ACQUIRED and s.member == member_id
+        ]
+        self._unlock(held, now_ms)
+
+    def tick(self, now_ms: int) -> None:
+        """Expired locks come back (or are archived at ``max_deliveries``); due delays become
+        available. Costs O(log n) per expired lock or due delay, nothing otherwise."""
+        self._alive()
+        slots, locks, deadlines = self.state.slots, self._locks, self._deadline
+        expired = []
+        while locks and locks[0][0] <= now_ms:
+            deadline, o, count = heapq.heappop(locks)
+            slot = slots.get(o)
+            if (
+                slot is not None
+                and slot.state == ACQUIRED
+                and slot.count == count
+                and deadlines.get(o) == deadline
+            ):
+                expired.append(o)
+                del deadlines[o]  # an equal entry (an extend to the same deadline) is stale
+        if expired:
+            self._unlock(expired, now_ms)
+        delays = self._delays
+        while delays and delays[0][0] <= now_ms:
+            due, o = heapq.heappop(delays)
+            slot = slots.get(o)
+            if slot is not None and slot.state == AVAILABLE and slot.due_ms == due:
+                heapq.heappush(self._ready, o)
+        self._compact_indexes()
+
+    # ------------------------------------------------------------------ dead letters
+
+    def take_dead_letters(self, limit: int | None = None) -> list[DeadLetter]:
+        """Archived offsets to copy to the dead-letter topic (lowest first), each handed out
+        once per instance; confirm with ``dead_letters_copied`` once the copies are durable,
+        or hand them back with ``dead_letters_failed``."""
+        self._alive()
+        out: list[DeadLetter] = []
+        slots, dead = self.state.slots, self._dead
+        while dead and (limit is None or len(out) < limit):
+            o = heapq.heappop(dead)
+            slot = slots.get(o)
+            if slot is not None and slot.state == ARCHIVING and o not in self._dead_out:
+                self._dead_out.add(o)
+                out.append(DeadLetter(o, slot.count, slot.reason))
+        return out
+
+    def dead_letters_failed(self, offsets: Iterable[int]) -> None:
+        """Copies that did not become durable: hand these out again."""
+        self._alive()
+        for o in offsets:
+            if o in self._dead_out:
+                self._dead_out.discard(o)
+                if self._slot_state(o) == ARCHIVING:
+                    heapq.heappush(self._dead, o)
+
+    def dead_letters_copied(self, offsets: Iterable[int]) -> Reply[None]:
+        """The copies of these archived offsets are durable: they are done."""
+        self._alive()
+        done = [o for o in offsets if self._slot_state(o) == ARCHIVING]
+        self._dead_out.difference_update(done)
+        if done:
+            self._write(DeadLettered(runs_of(done)))
+        return Reply(None, self._written)
+
+    # ------------------------------------------------------------------ views
+
+    def describe(self, now_ms: int) -> ShareView:
+        """Counts over the window (O(window): for admin requests, not the fetch path)."""
+        counts = {s: 0 for s in SlotState}
+        delayed = beyond = 0
+        limit = min(self._end, self.window_end)
+        for o, slot in self.state.slots.items():
+            if slot.state == AVAILABLE and slot.due_ms > now_ms:
+                delayed += 1
+            else:
+                counts[SlotState(slot.state)] += 1
+            if o >= self._cursor and o < limit:
+                beyond += 1
+        fresh = max(0, limit - self._cursor - beyond)
+        return ShareView(
+            self.state.start,
+            self._end,
+            counts[SlotState.AVAILABLE] + fresh,
+            counts[SlotState.ACQUIRED],
+            delayed,
+            counts[SlotState.ARCHIVING],
+        )
+
+    def index_sizes(self) -> dict[str, int]:
+        """Sizes of the in-memory indexes (bounded: the simulation checks them)."""
+        return {
+            "slots": len(self.state.slots),
+            "locks": len(self._locks),
+            "delays": len(self._delays),
+            "ready": len(self._ready),
+            "dead": len(self._dead) + len(self._dead_out),
+            "deadlines": len(self._deadline),
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _one(self, item: Acknowledgement, now_ms: int) -> Reply[None]:
+        reply = self.acknowledge([item], now_ms)
+        error = reply.value[0]
+        if error is not None:
+            raise error
+        return Reply(None, reply.after)
+
+    def _write(self, record: Record) -> None:
+        self.state.apply(record)
+        self._outbox.append(record)
+        self._written += 1
+        if self._cursor < self.state.start:
+            self._cursor = self.state.start
+
+    def _alive(self) -> None:
+        if self._lost:
+            raise LaminarError("this share partition lost its log; rebuild it from the records")
+
+    def _slot_state(self, o: int) -> int | None:
+        slot = self.state.slots.get(o)
+        return None if slot is None else slot.state
+
+    def _range(self, first: int, end: int) -> tuple[int, int]:
+        if not (isinstance(first, int) and isinstance(end, int)) or first > end:
+            raise InvalidRequestError(f"bad offset range [{first}, {end})")
+        if end > self.window_end:
+            raise InvalidRequestError(f"[{first}, {end}) reaches past window_end {self.window_end}")
+        return max(first, self.state.start), end
+
+    def _lock(self, o: int, deadline: int, count: int) -> None:
+        self._deadline[o] = deadline
+        heapq.heappush(self._locks, (deadline, o, count))
+
+    def _settled(self, offsets: Iterable[int]) -> None:
+        for o in offsets:
+            self._deadline.pop(o, None)
+
+    def _unlock(self, offsets: list[int], now_ms: int) -> None:
+        """Acquired offsets come back at once, or are archived at ``max_deliveries``."""
+        if not offsets:
+            return
+        self._settled(offsets)
+        slots, cap = self.state.slots, self.config.max_deliveries
+        again = [o for o in offsets if slots[o].count < cap]
+        self._archive([o for o in offsets if slots[o].count >= cap], MAX_DELIVERIES_REASON)
+        if again:
+            self._write(Released(0, runs_of(again)))
+            self._became_available(again, 0, now_ms)
+
+    def _archive(self, offsets: list[int], reason: str) -> None:
+        if offsets:
+            self._write(Archived(reason, runs_of(offsets)))
+            for o in offsets:
+                heapq.heappush(self._dead, o)
+
+    def _became_available(self, offsets: Iterable[int], due: int, now_ms: int) -> None:
+        if due > now_ms:
+            for o in offsets:
+                heapq.heappush(self._delays, (due, o))
+        else:
+            for o in offsets:
+                heapq.heappush(self._ready, o)
+
+    def _compact_indexes(self) -> None:
+        """Drop stale heap entries once they outnumber the live ones (settled offsets leave
+        their lock entry behind): amortized O(1), and the heaps stay O(max_in_flight)."""
+        slack = 1024 + self.config.max_in_flight
+        slots = self.state.slots
+        if len(self._locks) > slack + 2 * len(self._deadline):
+            self._locks = [(d, o, slots[o].count) for o, d in self._deadline.items()]
+            heapq.heapify(self._locks)
+        if len(self._ready) > slack:
+            self._ready = sorted({o for o in self._ready if self._slot_state(o) == AVAILABLE})
+        if len(self._delays) > slack:
+            self._delays = sorted(
+                {(d, o) for d, o in self._delays if o in slots and slots[o].due_ms == d}
+            )
+        if len(self._dead) > slack:
+            self._dead = sorted({o for o in self._dead if self._slot_state(o) == ARCHIVING})
+
+    def _rebuild_indexes(self, now_ms: int) -> None:
+        """A new instance: locks restart now with their durable duration; delays keep their
+        due time; archived offsets not yet copied are handed out again."""
+        for o in sorted(self.state.slots):
+            slot = self.state.slots[o]
+            if slot.state == ACQUIRED:
+                self._lock(o, now_ms + slot.lock_ms, slot.count)
+            elif slot.state == AVAILABLE:
+                self._became_available((o,), slot.due_ms, now_ms)
+            elif slot.state == ARCHIVING:
+                heapq.heappush(self._dead, o)
+
+
+def _require_member(member_id: object) -> None:
+    if not isinstance(member_id, str) or not member_id or len(member_id) > 255:
+        raise InvalidRequestError("member id must be a non-empty string of at most 255 characters")

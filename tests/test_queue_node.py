@@ -1,0 +1,188 @@
+"""Share groups (queues) on a real node, spoken in the raw client protocol: acquire, settle,
+redelivery, dead letters, delayed records, and state that survives a restart because it is
+written to the partition's own log."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from laminar.client import Admin, Consumer, Producer, TopicPartition
+from laminar.client.connection import Connection
+from laminar.errors import LaminarError
+from laminar.node.config import NodeConfig
+from laminar.node.node import Node
+from laminar.protocol import read_error
+from laminar.queues.driver import DELIVER_AT_HEADER
+from laminar.segment.batch import decode_records, iter_batches
+
+TOPIC = "jobs"
+ACK, RELEASE, REJECT, EXTEND = range(4)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Member:
+    """One share-group member over one raw connection to the (single) node."""
+
+    def __init__(self, connection: Connection, group: str, member_id: str) -> None:
+        self.connection = connection
+        self.group = group
+        self.member_id = member_id
+
+    async def fetch(
+        self,
+        max_records: int,
+        acks: list[tuple[int, int, int, int]] = (),  # (offset, delivery, action, ms)
+        *,
+        lock_ms: int = 0,
+        wait_ms: int = 0,
+    ) -> tuple[list[tuple[int, int, bytes]], list[LaminarError | None]]:
+        """[(offset, delivery count, value)] acquired, and one result per ack."""
+
+        def fill(body: Any) -> None:
+            request = body.init("shareFetch")
+            request.group, request.memberId = self.group, self.member_id
+            request.init("partitions", 1)[0].topic = TOPIC
+            request.maxRecords = max_records
+            request.lockMs = lock_ms
+            request.maxWaitMs = wait_ms
+            request.fromEarliest = True
+            slots = request.init("acks", len(acks))
+            for slot, (offset, delivery, action, ms) in zip(slots, acks, strict=True):
+                slot.topic, slot.partition, slot.offset = TOPIC, 0, offset
+                slot.deliveryCount, slot.action, slot.ms = delivery, action, ms
+
+        reply, payload = await self.connection.request(fill, timeout=30)
+        out = reply.body.shareFetch
+        got: list[tuple[int, int, bytes]] = []
+        for result in out.results:
+            error = read_error(result.error)
+            if error is not None:
+                raise error
+            counts = {a.offset: a.deliveryCount for a in result.acquired}
+            data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
+            for pos, header in iter_batches(data):
+                for record in decode_records(data[pos : pos + header.batch_length]):
+                    if record.offset in counts:
+                        got.append((record.offset, counts[record.offset], record.value or b""))
+        return got, [read_error(r.error) for r in out.ackResults]
+
+
+async def start_node(tmp_path: Path, client_port: int, peer_port: int) -> Node:
+    node = Node(
+        NodeConfig(
+            node_id=1,
+            data_dir=tmp_path,
+            listen=f"127.0.0.1:{client_port}",
+            peer_listen=f"127.0.0.1:{peer_port}",
+            peers={1: f"127.0.0.1:{peer_port}"},
+            metadata_replicas=1,
+            tick_ms=10,
+        )
+    )
+    await node.start()
+    return node
+
+
+async def test_a_queue_delivers_settles_redelivers_dead_letters_and_survives_a_restart(
+    tmp_path: Path,
+) -> None:
+    client_port, peer_port = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{client_port}"
+    node = await start_node(tmp_path, client_port, peer_port)
+    try:
+        async with Admin(bootstrap) as admin:
+            while TOPIC not in await admin.list_topics():
+                try:
+                    await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
+                except LaminarError:
+                    await asyncio.sleep(0.1)
+        async with Producer(bootstrap) as producer:
+            for i in range(10):
+                await producer.send_and_wait(TOPIC, f"v{i}".encode(), partition=0)
+        connection = await Connection.open(bootstrap)
+        a, b = Member(connection, "q", "a"), Member(connection, "q", "b")
+        got_a, _ = await a.fetch(4)
+        got_b, _ = await b.fetch(4)
+        assert [v for _o, _c, v in got_a] == [b"v0", b"v1", b"v2", b"v3"]
+        assert [v for _o, _c, v in got_b] == [b"v4", b"v5", b"v6", b"v7"]
+        assert all(c == 1 for _o, c, _v in got_a + got_b)
+        # a acks two, releases one, rejects one; b's receipt is no good for a's record
+        (o0, _, _), (o1, _, _), (o2, _, _), (o3, _, _) = got_a
+        _, results = await b.fetch(0, [(o0, 1, ACK, 0)])
+        assert type(results[0]).__name__ == "ReceiptExpiredError"
+        _, results = await a.fetch(
+            0, [(o0, 1, ACK, 0), (o1, 1, ACK, 0), (o2, 1, RELEASE, 0), (o3, 1, REJECT, 0)]
+        )
+        assert results == [None, None, None, None]
+        again, _ = await b.fetch(10)
+        assert [(v, c) for _o, c, v in again] == [(b"v2", 2), (b"v8", 1), (b"v9", 1)]
+        # the rejected record lands in the dead-letter topic with where it came from
+        async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+            await consumer.assign([TopicPartition("q.dlq", 0)])
+            deadline = time.monotonic() + 10
+            letters = []
+            while not letters:
+                assert time.monotonic() < deadline, "no dead letter"
+                letters = await consumer.getmany(timeout_ms=200)
+        headers = dict(letters[0].headers)
+        assert letters[0].value == b"v3"
+        assert headers["laminar-dlq-offset"] == str(o3).encode()
+        assert headers["laminar-dlq-reason"] == b"rejected"
+        connection.close()
+    finally:
+        await node.stop()
+    node = await start_node(tmp_path, client_port, peer_port)  # state comes back from the log
+    try:
+        connection = await Connection.open(bootstrap)
+        c = Member(connection, "q", "c")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                got_c, _ = await c.fetch(20, lock_ms=60_000)
+                break
+            except LaminarError:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+        # acked v0, v1 and dead-lettered v3 never come back; b's held ones are still locked
+        assert [v for _o, _c, v in got_c] == []
+        connection.close()
+    finally:
+        await node.stop()
+
+
+async def test_a_delayed_record_is_not_delivered_before_its_time(tmp_path: Path) -> None:
+    client_port, peer_port = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{client_port}"
+    node = await start_node(tmp_path, client_port, peer_port)
+    try:
+        async with Admin(bootstrap) as admin:
+            while TOPIC not in await admin.list_topics():
+                try:
+                    await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
+                except LaminarError:
+                    await asyncio.sleep(0.1)
+        due = int(time.time() * 1000) + 1500
+        async with Producer(bootstrap) as producer:
+            await producer.send_and_wait(
+                TOPIC, b"later", partition=0, headers=[(DELIVER_AT_HEADER, str(due).encode())]
+            )
+            await producer.send_and_wait(TOPIC, b"now", partition=0)
+        connection = await Connection.open(bootstrap)
+        member = Member(connection, "d", "m")
+        got, _ = await member.fetch(10)
+        assert [v for _o, _c, v in got] == [b"now"]
+        got, _ = await member.fetch(10, wait_ms=5000)
+        assert [v for _o, _c, v in got] == [b"later"]
+        assert time.time() * 1000 >= due
+        connection.close()
+    finally:
+        await node.stop()

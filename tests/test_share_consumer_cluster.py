@@ -1,0 +1,181 @@
+"""ShareConsumer against three real node processes: partitions led by different nodes, and a
+SIGKILLed partition leader while members hold and ack messages."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from laminar.client import DELIVER_AT_HEADER, Admin, Producer, ShareConsumer, ShareMessage
+from tests.cluster_fixture import ClusterHandle, start_cluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    handle = start_cluster(Path(tmp_path_factory.mktemp("share-cluster")), nodes=3)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+async def make_topic(bootstrap: str, topic: str, partitions: int, count: int) -> list[bytes]:
+    async with Admin(bootstrap) as admin:
+        await admin.create_topic(topic, partitions=partitions, replication_factor=3)
+    values = [f"{topic}-{i}".encode() for i in range(count)]
+    async with Producer(bootstrap, acks="all") as producer:
+        for i, value in enumerate(values):
+            await producer.send(topic, value, partition=i % partitions)
+        await producer.flush()
+    return values
+
+
+async def test_members_read_every_partition_from_each_leader(cluster: ClusterHandle) -> None:
+    values = await make_topic(cluster.bootstrap, "spread", 3, 300)
+    async with Admin(cluster.bootstrap) as admin:
+        leaders = {p.leader for p in (await admin.describe_topic("spread")).partitions}
+    assert len(leaders) > 1, "the test wants partitions led by different nodes"
+    acked: Counter[bytes] = Counter()
+    partitions_seen: dict[str, set[int]] = {}
+
+    async def work(member: ShareConsumer) -> None:
+        seen = partitions_seen.setdefault(member.member_id, set())
+        while sum(acked.values()) < len(values):
+            for message in await member.fetch(timeout_ms=100):
+                seen.add(message.partition)
+                await message.ack()
+                acked[message.value or b""] += 1
+
+    members = [
+        ShareConsumer(cluster.bootstrap, "spread-g", "spread", from_earliest=True, max_records=20)
+        for _ in range(3)
+    ]
+    try:
+        for member in members:
+            await member.start()
+        await asyncio.wait_for(asyncio.gather(*(work(m) for m in members)), 30)
+    finally:
+        for member in members:
+            await member.close()
+    assert sorted(acked) == sorted(values) and set(acked.values()) == {1}
+    assert any(len(seen) > 1 for seen in partitions_seen.values())
+    async with Admin(cluster.bootstrap) as admin:
+        description = await admin.describe_queue("spread-g", "spread")
+    assert all(p.start == p.end and p.acquired == 0 for p in description.partitions)
+
+
+async def test_a_killed_leader_loses_nothing_and_redelivers_no_acked_message(
+    cluster: ClusterHandle,
+) -> None:
+    values = await make_topic(cluster.bootstrap, "failover", 1, 200)
+    async with Admin(cluster.bootstrap) as admin:
+        leader = (await admin.describe_topic("failover")).partitions[0].leader
+    delivered: Counter[bytes] = Counter()
+    acked_ok: set[bytes] = set()
+    redelivered_after_ack: list[bytes] = []
+    killed = asyncio.Event()
+    at_kill: list[int] = []
+
+    async def work(member: ShareConsumer) -> None:
+        while not set(values) <= set(delivered) or not killed.is_set():
+            for message in await member.fetch(timeout_ms=100):
+                value = message.value or b""
+                if value in acked_ok:
+                    redelivered_after_ack.append(value)
+                delivered[value] += 1
+                asyncio.get_running_loop().create_task(settle(message, value))
+                await asyncio.sleep(0.002)
+
+    async def settle(message: ShareMessage, value: bytes) -> None:
+        try:
+            await message.ack()
+        except Exception:  # a failed ack only allows a redelivery
+            return
+        acked_ok.add(value)
+
+    async def kill_when_busy() -> None:
+        while len(acked_ok) < 50:
+            await asyncio.sleep(0.01)
+        cluster.kill(leader)
+        at_kill.append(len(delivered))
+        killed.set()
+
+    members = [
+        ShareConsumer(
+            cluster.bootstrap,
+            "failover-g",
+            "failover",
+            from_earliest=True,
+            max_records=10,
+            lock_ms=3000,
+            max_wait_ms=200,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for member in members:
+            await member.start()
+        await asyncio.wait_for(asyncio.gather(kill_when_busy(), *(work(m) for m in members)), 60)
+        # everything delivered; what the members still hold is settled once the acks land
+        deadline = time.monotonic() + 30
+        while True:
+            async with Admin(cluster.bootstrap) as admin:
+                (row,) = (await admin.describe_queue("failover-g", "failover")).partitions
+            if row.start == row.end and row.acquired == 0 and row.available == 0:
+                break
+            assert time.monotonic() < deadline, f"queue not drained: {row}"
+            for member in members:  # a redelivery after a failed ack: ack it now
+                for message in await member.fetch(timeout_ms=100):
+                    assert message.value not in acked_ok
+                    await message.ack()
+    finally:
+        for member in members:
+            await member.close()
+        cluster.restart(leader)
+    assert set(delivered) == set(values)
+    assert at_kill[0] < len(values) / 2, "most messages are delivered by the new leader"
+    assert redelivered_after_ack == []
+
+
+async def test_ten_thousand_delayed_messages_each_arrive_on_time(cluster: ClusterHandle) -> None:
+    """Random delays up to 10 s: none delivered before it is due, each within 1 s after."""
+    count = 10_000
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic("later", partitions=2, replication_factor=3)
+    rng = random.Random(7)
+    members = [
+        ShareConsumer(cluster.bootstrap, "later-g", "later", max_records=200) for _ in range(4)
+    ]
+    lateness: list[int] = []
+    try:
+        for member in members:
+            await member.start()
+        async with Producer(cluster.bootstrap, acks="all") as producer:
+            for i in range(count):
+                await producer.send("later", b"%d" % i, delay_ms=rng.randrange(10_000))
+            await producer.flush()
+
+        async def work(member: ShareConsumer) -> None:
+            while len(lateness) < count:
+                for message in await member.fetch(timeout_ms=200):
+                    now = time.time_ns() // 1_000_000
+                    lateness.append(now - int(dict(message.headers)[DELIVER_AT_HEADER]))
+                    message.ack()
+
+        await asyncio.wait_for(asyncio.gather(*(work(m) for m in members)), 40)
+    finally:
+        for member in members:
+            await member.close()
+    assert len(lateness) == count
+    lateness.sort()
+    print(f"lateness ms: min {lateness[0]}, median {lateness[count // 2]}, max {lateness[-1]}")
+    assert min(lateness) >= 0, "delivered before its time"
+    assert max(lateness) <= 1000, f"late by {max(lateness)} ms"
