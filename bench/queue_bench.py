@@ -1,0 +1,329 @@
+"""A topic read as a queue: messages acked per second, beside NATS JetStream in the same run.
+
+Both sides: 3 servers on this machine, one replicated-3 stream of 100-byte messages written
+beforehand, then 8 member processes taking messages and acking every one of them individually
+(the client batches acks on the wire); the figure is messages acked per second, from the first
+message taken to the last ack.
+
+* laminar: a 3-node cluster, one RF 3 partition, `laminar.client.ShareConsumer` members of
+  one share group (`msg.ack()` for every message);
+* NATS JetStream (Debian's `nats-server`, three servers clustered with `-js`): an R3
+  file-storage stream and one durable pull consumer with explicit acks shared by the 8
+  members, driven through `nats-py` (`fetch` batches, `msg.ack()` for every message). Skipped
+  with a message if `nats-server` or `nats-py` is absent (this bench installs nothing).
+
+The last line is one JSON object with both figures and their ratio.
+
+    python bench/queue_bench.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from laminar.client import Admin, ShareConsumer
+from laminar.client.connection import Connection
+from laminar.client.localcluster import LocalCluster, free_port_pairs
+from laminar.segment.batch import build_batch
+
+MEMBERS = 8
+TOPIC = "jobs"
+PAYLOAD = b"x" * 100
+SUBJECT = "jobs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, __file__, "--worker", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def rate(procs: list[subprocess.Popen[str]], timeout: float) -> tuple[float, int]:
+    """Messages acked per second over all workers (first take to last ack), and their count."""
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=timeout)
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    count = sum(r["acked"] for r in results)
+    first = min(r["first"] for r in results if r["acked"])
+    last = max(r["last"] for r in results if r["acked"])
+    return count / (last - first), count
+
+
+# --------------------------------------------------------------------------- laminar
+
+
+async def laminar_worker(bootstrap: str, total: int) -> None:
+    acked = 0
+    first = last = 0.0
+    pending: list[Any] = []
+    async with ShareConsumer(
+        bootstrap, "bench", TOPIC, from_earliest=True, max_records=200, max_wait_ms=200
+    ) as consumer:
+        idle_since = time.monotonic()
+        while True:
+            messages = await consumer.fetch(timeout_ms=200)
+            if not messages:
+                if acked and time.monotonic() - idle_since > 1.5:
+                    break
+                if not acked and time.monotonic() - idle_since > 10:
+                    break
+                continue
+            if not first:
+                first = time.time()
+            pending += [message.ack() for message in messages]
+            if len(pending) >= 500:
+                await asyncio.gather(*pending)
+                acked += len(pending)
+                pending = []
+                last = time.time()
+            idle_since = time.monotonic()
+        if pending:
+            await asyncio.gather(*pending)
+            acked += len(pending)
+            last = time.time()
+    print(json.dumps({"acked": acked, "first": first, "last": last}), flush=True)
+
+
+async def laminar_side(work: Path, total: int) -> float:
+    cluster = LocalCluster(work / "laminar", free_port_pairs(3), log_level="warning")
+    cluster.start()
+    try:
+        await cluster.wait_ready(60)
+        bootstrap = cluster.bootstrap
+        async with Admin(bootstrap) as admin:
+            await admin.create_topic(TOPIC, partitions=1, replication_factor=3)
+            while not (leader := (await admin.describe_topic(TOPIC)).partitions[0].leader):
+                await asyncio.sleep(0.1)
+            address = (await admin.cluster.refresh_metadata()).brokers[leader]
+        await write_laminar(address, total)
+        procs = [spawn("laminar", bootstrap, str(total)) for _ in range(MEMBERS)]
+        per_second, count = rate(procs, 600)
+        assert count == total, f"laminar acked {count} of {total}"
+        return per_second
+    finally:
+        cluster.stop()
+
+
+async def write_laminar(address: str, total: int) -> None:
+    """Pre-built batches of 100 records, pipelined (the queue is what is measured)."""
+    batch = build_batch([(None, PAYLOAD, (), int(time.time() * 1000))] * 100)
+    connection = await Connection.open(address)
+
+    def fill(body: Any) -> None:
+        request = body.init("produce")
+        request.acks = -1
+        request.timeoutMs = 30_000
+        ref = request.init("batches", 1)[0]
+        ref.topic, ref.partition = TOPIC, 0
+        ref.payloadOffset, ref.payloadLength = 0, len(batch)
+
+    for start in range(0, total // 100, 50):
+        await asyncio.gather(
+            *(connection.request(fill, [batch]) for _ in range(min(50, total // 100 - start)))
+        )
+    connection.close()
+
+
+# --------------------------------------------------------------------------- NATS
+
+
+def nats_available() -> str | None:
+    """Why the NATS side cannot run, or None."""
+    if shutil.which("nats-server") is None:
+        return "nats-server is not installed (Debian: apt-get install nats-server)"
+    try:
+        import nats  # noqa: F401
+    except ImportError:
+        return "nats-py is not installed (pip install nats-py)"
+    return None
+
+
+async def nats_worker(urls: str, total: int) -> None:
+    import nats
+
+    client = await nats.connect(urls.split(","))
+    js = client.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable="bench", stream="JOBS")
+    acked = 0
+    first = last = 0.0
+    idle_since = time.monotonic()
+    while True:
+        try:
+            messages = await sub.fetch(200, timeout=0.2)
+        except (nats.errors.TimeoutError, TimeoutError):
+            messages = []
+        if not messages:
+            if acked and time.monotonic() - idle_since > 1.5:
+                break
+            if not acked and time.monotonic() - idle_since > 10:
+                break
+            continue
+        if not first:
+            first = time.time()
+        for message in messages:
+            await message.ack()
+        acked += len(messages)
+        last = time.time()
+        idle_since = time.monotonic()
+    await client.flush()
+    await client.close()
+    print(json.dumps({"acked": acked, "first": first, "last": last}), flush=True)
+
+
+async def wait_listening(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.1)
+
+
+async def nats_side(work: Path, total: int) -> float:
+    import nats
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    ports = [(free_port(), free_port()) for _ in range(3)]
+    routes = ",".join(f"nats://127.0.0.1:{c}" for _, c in ports)
+    servers = []
+    for i, (client_port, cluster_port) in enumerate(ports):
+        store = work / f"nats-{i}"
+        store.mkdir(parents=True)
+        servers.append(
+            subprocess.Popen(
+                [
+                    "nats-server",
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(client_port),
+                    "-js",
+                    "-sd",
+                    str(store),
+                    "-n",
+                    f"n{i}",
+                    "--cluster_name",
+                    "bench",
+                    "--cluster",
+                    f"nats://127.0.0.1:{cluster_port}",
+                    "--routes",
+                    routes,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    urls = ",".join(f"nats://127.0.0.1:{p}" for p, _ in ports)
+    try:
+        for port, _ in ports:  # every server listens before anyone connects
+            await wait_listening(port, 30)
+        client = await nats.connect(urls.split(","))
+        js = client.jetstream()
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await js.add_stream(
+                    StreamConfig(
+                        name="JOBS", subjects=[SUBJECT], num_replicas=3, storage=StorageType.FILE
+                    )
+                )
+                break
+            except Exception:  # the cluster elects its meta leader first
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        await js.add_consumer(
+            "JOBS",
+            ConsumerConfig(
+                durable_name="bench", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=20_000
+            ),
+        )
+        for start in range(0, total, 2000):
+            await asyncio.gather(
+                *(js.publish(SUBJECT, PAYLOAD) for _ in range(min(2000, total - start)))
+            )
+        await client.close()
+        procs = [spawn("nats", urls, str(total)) for _ in range(MEMBERS)]
+        per_second, count = rate(procs, 600)
+        assert count >= total, f"NATS acked {count} of {total}"
+        return per_second
+    finally:
+        for server in servers:
+            server.terminate()
+        for server in servers:
+            try:
+                server.wait(10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    total = 20_000 if args.quick else 100_000
+    figures: dict[str, Any] = {
+        "messages": total,
+        "members": MEMBERS,
+        "message_bytes": len(PAYLOAD),
+        "laminar_client": "laminar.client.ShareConsumer, one process per member",
+    }
+    with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
+        work = Path(tmp)
+        figures["laminar_acked_per_s"] = round(await laminar_side(work, total))
+        missing = nats_available()
+        if missing is not None:
+            print(f"skipping NATS JetStream: {missing}", file=sys.stderr)
+            figures["nats_acked_per_s"] = None
+        else:
+            figures["nats_client"] = "nats-py pull consumer, one process per member"
+            figures["nats_acked_per_s"] = round(await nats_side(work, total))
+            figures["ratio"] = round(
+                figures["laminar_acked_per_s"] / figures["nats_acked_per_s"], 2
+            )
+    return figures
+
+
+def worker(argv: list[str]) -> None:
+    kind, address, total = argv
+    if kind == "laminar":
+        uvloop.run(laminar_worker(address, int(total)))
+    else:
+        uvloop.run(nats_worker(address, int(total)))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker(sys.argv[2:])
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20,000 messages instead of 100,000")
+    result = uvloop.run(main(parser.parse_args()))
+    print(json.dumps(result))
+    os._exit(0)
