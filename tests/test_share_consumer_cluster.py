@@ -179,3 +179,53 @@ async def test_ten_thousand_delayed_messages_each_arrive_on_time(cluster: Cluste
     print(f"lateness ms: min {lateness[0]}, median {lateness[count // 2]}, max {lateness[-1]}")
     assert min(lateness) >= 0, "delivered before its time"
     assert max(lateness) <= 1000, f"late by {max(lateness)} ms"
+
+
+async def test_a_whole_cluster_restart_keeps_acks_and_locks(cluster: ClusterHandle) -> None:
+    """Every node stopped and started again: acked messages never come back, messages a member
+    held come back (once their lock has run out) with their delivery count kept, and the rest
+    are delivered."""
+    values = await make_topic(cluster.bootstrap, "restart", 1, 60)
+    member = ShareConsumer(
+        cluster.bootstrap,
+        "restart-g",
+        "restart",
+        from_earliest=True,
+        max_records=20,
+        lock_ms=2000,
+        prefetch=False,
+    )
+    acked: set[bytes] = set()
+    held: set[bytes] = set()
+    try:
+        await member.start()
+        while len(acked) + len(held) < 40:
+            for message in await member.fetch(timeout_ms=200):
+                value = message.value or b""
+                if len(acked) < 20:
+                    await message.ack()
+                    acked.add(value)
+                else:
+                    held.add(value)  # neither acked nor released: locked until it runs out
+    finally:
+        await member._shutdown(release=False)  # a member that vanishes holding messages
+    for node_id in list(cluster.nodes):
+        cluster.stop_node(node_id)
+    for node_id in list(cluster.nodes):
+        cluster.start_node(node_id)
+    cluster.wait_ready()
+    again: dict[bytes, int] = {}
+    async with ShareConsumer(
+        cluster.bootstrap, "restart-g", "restart", from_earliest=True, max_records=50
+    ) as member:
+        deadline = time.monotonic() + 60
+        while set(again) != set(values) - acked:
+            assert time.monotonic() < deadline, (
+                f"missing {sorted(set(values) - acked - set(again))}"
+            )
+            for message in await member.fetch(timeout_ms=200):
+                value = message.value or b""
+                assert value not in acked, f"{value!r} was acked before the restart"
+                again[value] = message.delivery_count
+                await message.ack()
+    assert all(again[v] == 2 for v in held), "a held message's delivery count went back"
