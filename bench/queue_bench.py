@@ -80,7 +80,15 @@ def rate(procs: list[subprocess.Popen[str]], timeout: float) -> tuple[float, int
 async def laminar_worker(bootstrap: str, total: int) -> None:
     acked = 0
     first = last = 0.0
-    pending: list[Any] = []
+    chunks: list[tuple[int, Any]] = []  # (count, gathered acks of one fetch), oldest first
+    unconfirmed = 0
+
+    def confirmed(_future: Any) -> None:
+        # When an ack's confirmation arrived, not when this loop got round to it (it only
+        # collects the last ones after 1.5 s without messages).
+        nonlocal last
+        last = time.time()
+
     async with ShareConsumer(
         bootstrap, "bench", TOPIC, from_earliest=True, max_records=200, max_wait_ms=200
     ) as consumer:
@@ -88,24 +96,26 @@ async def laminar_worker(bootstrap: str, total: int) -> None:
         while True:
             messages = await consumer.fetch(timeout_ms=200)
             if not messages:
-                if acked and time.monotonic() - idle_since > 1.5:
+                if acked + unconfirmed and time.monotonic() - idle_since > 1.5:
                     break
-                if not acked and time.monotonic() - idle_since > 10:
+                if not acked + unconfirmed and time.monotonic() - idle_since > 10:
                     break
                 continue
             if not first:
                 first = time.time()
-            pending += [message.ack() for message in messages]
-            if len(pending) >= 500:
-                await asyncio.gather(*pending)
-                acked += len(pending)
-                pending = []
-                last = time.time()
+            chunk = asyncio.gather(*(message.ack() for message in messages))
+            chunk.add_done_callback(confirmed)
+            chunks.append((len(messages), chunk))
+            unconfirmed += len(messages)
+            while unconfirmed >= 500:  # at most ~500 acks awaiting confirmation
+                count, oldest = chunks.pop(0)
+                await oldest
+                unconfirmed -= count
+                acked += count
             idle_since = time.monotonic()
-        if pending:
-            await asyncio.gather(*pending)
-            acked += len(pending)
-            last = time.time()
+        for count, chunk in chunks:
+            await chunk
+            acked += count
     print(json.dumps({"acked": acked, "first": first, "last": last}), flush=True)
 
 

@@ -86,6 +86,7 @@ class PartitionQueues:
         self._scanned: dict[str, int] = {}
         self._releases: list[tuple[str, int, asyncio.Future[None]]] = []
         self._append_scheduled = False
+        self._append_forced = False
         self._since_checkpoint = 0
         self._checkpoint_at = -1  # offset of the newest checkpoint batch (-1: none yet)
         loop = asyncio.get_running_loop()
@@ -143,12 +144,15 @@ class PartitionQueues:
                 self._scan(group, partition)
                 reply = partition.acquire(member_id, max_records, self._now_ms(), lock_ms)
                 deliveries = reply.value
-                waits.append((group, reply.after))
+                if deliveries:  # an empty acquire hands out nothing that must be durable
+                    waits.append((group, reply.after))
                 remaining = deadline - asyncio.get_running_loop().time()
                 if deliveries or remaining <= 0:
                     break
                 await self._new_data(min(remaining, POLL_SLICE))
                 self._check()
+        if waits:  # a reply waits for these records: append even if they are only skips
+            self._append_forced = True
         self._schedule_append()
         for name, after in waits:
             await self._released(name, after)
@@ -321,8 +325,11 @@ class PartitionQueues:
 
     def _append(self, checkpoint: bool = False) -> None:
         self._append_scheduled = False
+        forced, self._append_forced = self._append_forced, False
         if not self._usable():
             return
+        if not (checkpoint or forced or any(p.urgent for p in self.groups.values())):
+            return  # only skips pending: they ride on the next append (``urgent``)
         items: list[tuple[str, Record]] = []
         written: dict[str, int] = {}
         for name, partition in self.groups.items():
