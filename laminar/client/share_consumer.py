@@ -289,6 +289,7 @@ class ShareConsumer:
         acks: list[Settlement] = settler.take(node)
         wait = 0 if acks else wait_ms  # settlement results must not wait for a long poll
         sent_ms = _now_ms()
+        sent = settler.wire(acks)
         try:
             connection = await self.cluster.connection(node)
             reply, payload = await share_fetch(
@@ -299,7 +300,7 @@ class ShareConsumer:
                 max_records=self.max_records,
                 lock_ms=self.lock_ms,
                 max_wait_ms=wait,
-                acks=settler.wire(acks),
+                acks=sent,
                 from_earliest=self.from_earliest,
                 timeout=self.request_timeout + wait / 1000,
             )
@@ -322,7 +323,7 @@ class ShareConsumer:
             self._arrived.set()
         try:
             body = reply.body.shareFetch
-            settler.finish(acks, body.ackResults)
+            settler.finish(acks, body, sent)
             for result in body.results:
                 self._take_result(result, payload, sent_ms)
         except Exception as exc:  # a reply we cannot read: the application hears of it

@@ -28,10 +28,9 @@ from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
 from laminar.client.offsets import target_node
 from laminar.client.share_message import ACK, EXTEND, ShareMessage
-from laminar.client.share_wire import WireAck, share_fetch
+from laminar.client.share_wire import WireAck, ack_errors, share_fetch
 from laminar.client.types import TopicPartition
 from laminar.errors import LaminarError, NotLeaderError
-from laminar.protocol import read_error
 
 log = structlog.get_logger(__name__)
 
@@ -181,6 +180,7 @@ class Settler:
     async def _send(self, node: int, items: list[Settlement]) -> None:
         try:
             connection = await self.cluster.connection(node)
+            sent = self.wire(items)
             reply, _ = await share_fetch(
                 connection,
                 self.group,
@@ -189,7 +189,7 @@ class Settler:
                 max_records=0,
                 lock_ms=0,
                 max_wait_ms=0,
-                acks=self.wire(items),
+                acks=sent,
                 from_earliest=False,
                 timeout=self.request_timeout,
             )
@@ -205,7 +205,7 @@ class Settler:
             self._requests.pop(node, None)
             if self._queue:
                 self._schedule(0.0)
-        self.finish(items, reply.body.shareFetch.ackResults)
+        self.finish(items, reply.body.shareFetch, sent)
 
     def wire(self, items: Sequence[Settlement]) -> list[WireAck]:
         """The items as ShareAcks, stamped with the time they are sent."""
@@ -215,9 +215,14 @@ class Settler:
         return [item.wire() for item in items]
 
     # results ------------------------------------------------------------------------------
-    def finish(self, items: Sequence[Settlement], results: Any) -> None:
-        """Resolve ``items`` with the node's per-item results (in request order)."""
-        errors = [read_error(r.error) for r in results]
+    def finish(self, items: Sequence[Settlement], body: Any, sent: Sequence[WireAck]) -> None:
+        """Resolve ``items`` (sent as ``sent``) with the node's per-item results from the
+        ShareFetchResponse ``body``."""
+        try:
+            errors = ack_errors(body, sent) if items else []
+        except LaminarError as exc:
+            self.failed(items, exc)
+            return
         if len(errors) != len(items):
             self.failed(items, LaminarError("share fetch reply has the wrong number of results"))
             return

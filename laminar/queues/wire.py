@@ -24,6 +24,7 @@ Handler = Callable[[Any, Any, memoryview], Awaitable[list[bytes] | None]]
 LeaderReplica = Callable[[str, int], Replica]
 ACTIONS = ("ack", "release", "reject", "extend")
 MAX_WAIT_MS = 30_000
+MAX_SETTLES = 100_000  # settlements in one request (runs expand to one per offset)
 POLL_SLICE = 0.05
 
 
@@ -41,13 +42,25 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
             tp = (ack.topic, ack.partition)
             settle = Settle(ack.offset, ack.deliveryCount, ACTIONS[ack.action], ack.ms)
             settles.setdefault(tp, []).append((position, settle))
+        total = len(acks)
+        runs: list[tuple[int, int, int]] = []  # (position of its first item, count, offset)
+        for run in body.ackRuns:
+            action, count, first = run.action, run.count, run.offset
+            if action >= len(ACTIONS):
+                raise InvalidRequestError(f"unknown acknowledgement action {action}")
+            if total + count > MAX_SETTLES:
+                raise InvalidRequestError(f"more than {MAX_SETTLES} settlements in one request")
+            kind, count_, ms = ACTIONS[action], run.deliveryCount, run.ms
+            settles.setdefault((run.topic, run.partition), []).extend(
+                (total + i, Settle(first + i, count_, kind, ms)) for i in range(count)
+            )
+            runs.append((total, count, first))
+            total += count
         max_records = body.maxRecords
         lock_ms = body.lockMs or None
         from_earliest = body.fromEarliest
         max_wait = min(body.maxWaitMs, MAX_WAIT_MS) / 1000
-        ack_results: list[tuple[str, int, int, LaminarError | None]] = [
-            (a.topic, a.partition, a.offset, None) for a in acks
-        ]
+        errors: list[LaminarError | None] = [None] * total  # per settlement, request order
         found: dict[tuple[str, int], list[Delivery] | LaminarError] = {}
 
         async def one_pass(tps: list[tuple[str, int]], budget: int) -> int:
@@ -68,10 +81,10 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 except LaminarError as exc:
                     found.setdefault(tp, exc)
                     for position, _settle in mine:
-                        ack_results[position] = (*ack_results[position][:3], exc)
+                        errors[position] = exc
                     continue
                 for (position, _settle), error in zip(mine, results, strict=True):
-                    ack_results[position] = (*ack_results[position][:3], error)
+                    errors[position] = error
                 previous = found.get(tp)
                 if isinstance(previous, list):
                     previous += deliveries
@@ -88,7 +101,7 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 break
             await _any_news(leader_replica, wanted, min(remaining, POLL_SLICE))
             await one_pass(wanted, max_records)
-        return _fill(response, service, leader_replica, found, ack_results)
+        return _fill(response, service, leader_replica, found, acks, runs, errors)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -132,7 +145,9 @@ def _fill(
     service: QueueService,
     leader_replica: LeaderReplica,
     found: dict[tuple[str, int], list[Delivery] | LaminarError],
-    ack_results: list[tuple[str, int, int, LaminarError | None]],
+    acks: list[Any],
+    runs: list[tuple[int, int, int]],
+    errors: list[LaminarError | None],
 ) -> list[bytes]:
     out = response.body.init("shareFetch")
     results = out.init("results", len(found))
@@ -160,9 +175,23 @@ def _fill(
         slot.payloadLength = size
         chunks += batches
         position += size
-    acks = out.init("ackResults", len(ack_results))
-    for slot, (topic, partition, offset, error) in zip(acks, ack_results, strict=True):
-        slot.topic, slot.partition, slot.offset = topic, partition, offset
+    slots = out.init("ackResults", len(acks))
+    for slot, ack, error in zip(slots, acks, errors, strict=False):
+        slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
         if error is not None:
             fill_error(slot.error, error)
+    if runs:
+        for slot, (position, count, first) in zip(
+            out.init("ackRunResults", len(runs)), runs, strict=True
+        ):
+            mine = errors[position : position + count]
+            failed = [(first + i, e) for i, e in enumerate(mine) if e is not None]
+            if not failed:
+                continue
+            if len(failed) == count and all(e is failed[0][1] for _o, e in failed):
+                fill_error(slot.error, failed[0][1])  # the whole run (its partition) failed
+                continue
+            for f, (offset, error) in zip(slot.init("failed", len(failed)), failed, strict=True):
+                f.offset = offset
+                fill_error(f.error, error)
     return chunks
