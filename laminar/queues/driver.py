@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -50,12 +49,12 @@ log = structlog.get_logger(__name__)
 
 DELIVER_AT_HEADER = "laminar-deliver-at"
 """A record header (ASCII ms since the epoch): share groups deliver it no earlier."""
+DELIVER_AT_BYTES = DELIVER_AT_HEADER.encode()
 READ_BYTES = 4 << 20
 POLL_SLICE = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Settle:
+class Settle(NamedTuple):
     """One acknowledgement of a share fetch, by receipt (member of the fetch)."""
 
     offset: int
@@ -125,12 +124,11 @@ class PartitionQueues:
             if partition is None:
                 results = [ReceiptExpiredError(f"group {group} holds nothing here")] * len(settles)
             else:
+                new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call
                 reply = partition.acknowledge(
                     [
-                        Acknowledgement(
-                            Receipt(member_id, s.offset, s.delivery_count), s.kind, s.ms
-                        )
-                        for s in settles
+                        new(Acknowledgement, (new(Receipt, (member_id, offset, count)), kind, ms))
+                        for offset, count, kind, ms in settles
                     ],
                     self._now_ms(),
                 )
@@ -277,7 +275,9 @@ class PartitionQueues:
                 # is told now; the next scan starts at ``end`` and reads the rest.
                 if record_batch.is_control(header):
                     partition.skip(header.base_offset, min(last + 1, end))
-                else:
+                elif DELIVER_AT_BYTES in bytes(batch):
+                    # Batches are never compressed: one without the header's name holds no
+                    # delayed record, and its records are not decoded at all.
                     for record in record_batch.decode_records(batch):
                         due = _deliver_at(record.headers)
                         if due > now and start <= record.offset < end:
