@@ -64,6 +64,11 @@ class Settlement:
         return WireAck(m.topic, m.partition, m.offset, m.delivery_count, self.action, self.ms)
 
 
+def _fail(future: asyncio.Future[None], error: BaseException) -> None:
+    future.add_done_callback(_retrieve)  # only failures need it: no callback per good ack
+    future.set_exception(error)
+
+
 def _retrieve(future: asyncio.Future[None]) -> None:
     """A fire-and-forget settlement's error is not an unhandled one: the user chose not to
     await it (a failed ack means the message may come again, which at-least-once allows)."""
@@ -104,12 +109,12 @@ class Settler:
     def submit(self, message: ShareMessage, action: int, ms: int) -> asyncio.Future[None]:
         loop = self._loop
         future: asyncio.Future[None] = loop.create_future()
-        future.add_done_callback(_retrieve)
         if self._closed:
-            future.set_exception(ConnectionError("share consumer closed"))
+            _fail(future, ConnectionError("share consumer closed"))
             return future
+        # Leaves ``_pending`` where its result is set (``finish``, ``_failed_one``, ``close``):
+        # a done callback per ack would cost an event-loop turn each.
         self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
         if action != EXTEND:
             self.held.pop((message.topic, message.partition, message.offset), None)
         self._queue.append(Settlement(message, action, ms, future, loop.time() + self.retry_for))
@@ -232,6 +237,7 @@ class Settler:
                 if item.action == EXTEND:
                     message = item.message
                     message.lock_until_ms = max(message.lock_until_ms, item.sent_ms + item.ms)
+                self._pending.discard(item.future)
                 if not item.future.done():
                     item.future.set_result(None)
             else:
@@ -248,7 +254,8 @@ class Settler:
             self._schedule(RETRY_BACKOFF)
 
     def _failed_one(self, item: Settlement, error: BaseException) -> None:
-        if item.future.done():
+        if item.future.done():  # cancelled by its caller
+            self._pending.discard(item.future)
             return
         if is_retriable(error) and self._loop.time() < item.deadline:
             self._retry_later(item, error)
@@ -256,7 +263,8 @@ class Settler:
             return
         if item.action != ACK:
             log.debug("settlement failed", offset=item.key, error=str(error))
-        item.future.set_exception(error)
+        self._pending.discard(item.future)
+        _fail(item.future, error)
 
     def _retry_later(self, item: Settlement, error: BaseException) -> None:
         hinted = isinstance(error, NotLeaderError) and self.cluster.note_leader(
@@ -286,6 +294,7 @@ class Settler:
         for task in self._requests.values():
             task.cancel()
         self._queue.clear()
-        for future in list(self._pending):
+        pending, self._pending = self._pending, set()
+        for future in pending:
             if not future.done():
-                future.set_exception(ConnectionError("share consumer closed"))
+                _fail(future, ConnectionError("share consumer closed"))
