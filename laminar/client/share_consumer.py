@@ -346,12 +346,16 @@ class ShareConsumer:
         self._joined.add(tp)
         # Each pointer followed counts against the reader's traversal limit (about the reply's
         # size): read the list once.
-        listed = result.acquired
+        listed = result.acquiredRuns
         if not len(listed):
             return
         # Never trust a lock longer than asked for from when the request left (clock skew).
         ceiling = sent_ms + self.lock_ms
-        acquired = {a.offset: (a.deliveryCount, min(a.lockUntilMs, ceiling)) for a in listed}
+        acquired: dict[int, tuple[int, int]] = {}
+        for run in listed:
+            got = (run.deliveryCount, min(run.lockUntilMs, ceiling))
+            first = run.offset
+            acquired.update(dict.fromkeys(range(first, first + run.count), got))
         data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
         try:
             records = self._decode(tp, data, min(acquired), max(acquired))

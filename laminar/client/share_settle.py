@@ -131,23 +131,37 @@ class Settler:
         taken: list[Settlement] = []
         kept: list[Settlement] = []
         keys: set[OffsetKey] = set()
+        in_flight = self._in_flight
+        here: dict[tuple[str, int], bool] = {}  # partition -> led by node_id (asked once)
         for item in self._queue:
-            if len(taken) < MAX_PER_REQUEST and self._sendable(item, now, keys, node_id):
+            m = item.message
+            key = (m.topic, m.partition, m.offset)
+            if (
+                len(taken) < MAX_PER_REQUEST
+                and item.not_before <= now
+                and key not in in_flight
+                and key not in keys
+                and self._led_by(here, m.topic, m.partition, node_id)
+            ):
                 taken.append(item)
-                keys.add(item.key)
+                keys.add(key)
             else:
                 kept.append(item)
         self._queue = kept
-        self._in_flight |= keys
+        in_flight |= keys
         return taken
 
-    def _sendable(self, item: Settlement, now: float, keys: set[OffsetKey], node: int) -> bool:
-        if item.not_before > now or item.key in self._in_flight or item.key in keys:
-            return False
-        try:
-            return target_node(self.cluster, item.tp) == node
-        except (ConnectionError, LaminarError):
-            return False
+    def _led_by(
+        self, here: dict[tuple[str, int], bool], topic: str, partition: int, node: int
+    ) -> bool:
+        led = here.get((topic, partition))
+        if led is None:
+            try:
+                led = target_node(self.cluster, TopicPartition(topic, partition)) == node
+            except (ConnectionError, LaminarError):
+                led = False
+            here[(topic, partition)] = led
+        return led
 
     def _flush(self) -> None:
         """Send what is queued, one ack-only request per node with none in flight."""

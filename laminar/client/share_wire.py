@@ -52,6 +52,7 @@ async def share_fetch(
         request.lockMs = lock_ms
         request.maxWaitMs = max_wait_ms
         request.fromEarliest = from_earliest
+        request.acquiredRuns = True
         if acks:
             runs = ack_runs(acks)
             slots = request.init("ackRuns", len(runs))

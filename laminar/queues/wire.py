@@ -102,7 +102,8 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 break
             await _any_news(leader_replica, wanted, min(remaining, POLL_SLICE))
             await one_pass(wanted, max_records)
-        return _fill(response, service, leader_replica, found, acks, runs, errors)
+        as_runs = body.acquiredRuns
+        return _fill(response, service, leader_replica, found, acks, runs, errors, as_runs)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -149,6 +150,7 @@ def _fill(
     acks: list[Any],
     runs: list[tuple[int, int, int]],
     errors: list[LaminarError | None],
+    as_runs: bool,
 ) -> list[bytes]:
     out = response.body.init("shareFetch")
     results = out.init("results", len(found))
@@ -160,11 +162,14 @@ def _fill(
         if isinstance(value, LaminarError):
             fill_error(slot.error, value)
             continue
-        acquired = slot.init("acquired", len(value))
-        for a, delivery in zip(acquired, value, strict=True):
-            a.offset = delivery.offset
-            a.deliveryCount = delivery.delivery_count
-            a.lockUntilMs = delivery.lock_until_ms
+        if as_runs:
+            _fill_runs(slot, value)
+        else:
+            acquired = slot.init("acquired", len(value))
+            for a, delivery in zip(acquired, value, strict=True):
+                a.offset = delivery.offset
+                a.deliveryCount = delivery.delivery_count
+                a.lockUntilMs = delivery.lock_until_ms
         if not value:
             continue
         try:
@@ -196,3 +201,19 @@ def _fill(
                 f.offset = offset
                 fill_error(f.error, error)
     return chunks
+
+
+def _fill_runs(slot: Any, deliveries: list[Delivery]) -> None:
+    """``deliveries`` as runs of consecutive offsets with one delivery count and lock."""
+    runs: list[list[int]] = []  # [offset, count, delivery count, lock until]
+    for (_member, offset, count), until in deliveries:
+        if runs:
+            last = runs[-1]
+            if offset == last[0] + last[1] and count == last[2] and until == last[3]:
+                last[1] += 1
+                continue
+        runs.append([offset, 1, count, until])
+    for out, (offset, n, count, until) in zip(
+        slot.init("acquiredRuns", len(runs)), runs, strict=True
+    ):
+        out.offset, out.count, out.deliveryCount, out.lockUntilMs = offset, n, count, until
