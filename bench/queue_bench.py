@@ -56,10 +56,24 @@ def free_port() -> int:
 def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, __file__, "--worker", *args],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+
+
+def spawn_members(*args: str) -> list[subprocess.Popen[str]]:
+    """``MEMBERS`` workers, started together once every one has imported its client (eight
+    interpreters starting on a small machine take longer than a quick run's messages)."""
+    procs = [spawn(*args) for _ in range(MEMBERS)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    return procs
 
 
 def rate(procs: list[subprocess.Popen[str]], timeout: float) -> tuple[float, int]:
@@ -131,7 +145,7 @@ async def laminar_side(work: Path, total: int) -> float:
                 await asyncio.sleep(0.1)
             address = (await admin.cluster.refresh_metadata()).brokers[leader]
         await write_laminar(address, total)
-        procs = [spawn("laminar", bootstrap, str(total)) for _ in range(MEMBERS)]
+        procs = spawn_members("laminar", bootstrap, str(total))
         per_second, count = rate(procs, 600)
         assert count == total, f"laminar acked {count} of {total}"
         return per_second
@@ -282,7 +296,7 @@ async def nats_side(work: Path, total: int) -> float:
                 *(js.publish(SUBJECT, PAYLOAD) for _ in range(min(2000, total - start)))
             )
         await client.close()
-        procs = [spawn("nats", urls, str(total)) for _ in range(MEMBERS)]
+        procs = spawn_members("nats", urls, str(total))
         per_second, count = rate(procs, 600)
         assert count >= total, f"NATS acked {count} of {total}"
         return per_second
@@ -322,6 +336,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker(argv: list[str]) -> None:
     kind, address, total = argv
+    if kind == "nats":
+        import nats  # noqa: F401 - imported before the start line, like laminar's client
+    print("ready", flush=True)
+    sys.stdin.readline()
     if kind == "laminar":
         uvloop.run(laminar_worker(address, int(total)))
     else:
