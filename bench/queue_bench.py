@@ -56,10 +56,24 @@ def free_port() -> int:
 def spawn(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, __file__, "--worker", *args],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
     )
+
+
+def spawn_members(*args: str) -> list[subprocess.Popen[str]]:
+    """``MEMBERS`` workers, started together once every one has imported its client (eight
+    interpreters starting on a small machine take longer than a quick run's messages)."""
+    procs = [spawn(*args) for _ in range(MEMBERS)]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    return procs
 
 
 def rate(procs: list[subprocess.Popen[str]], timeout: float) -> tuple[float, int]:
@@ -80,7 +94,15 @@ def rate(procs: list[subprocess.Popen[str]], timeout: float) -> tuple[float, int
 async def laminar_worker(bootstrap: str, total: int) -> None:
     acked = 0
     first = last = 0.0
-    pending: list[Any] = []
+    chunks: list[tuple[int, Any]] = []  # (count, gathered acks of one fetch), oldest first
+    unconfirmed = 0
+
+    def confirmed(_future: Any) -> None:
+        # When an ack's confirmation arrived, not when this loop got round to it (it only
+        # collects the last ones after 1.5 s without messages).
+        nonlocal last
+        last = time.time()
+
     async with ShareConsumer(
         bootstrap, "bench", TOPIC, from_earliest=True, max_records=200, max_wait_ms=200
     ) as consumer:
@@ -88,24 +110,26 @@ async def laminar_worker(bootstrap: str, total: int) -> None:
         while True:
             messages = await consumer.fetch(timeout_ms=200)
             if not messages:
-                if acked and time.monotonic() - idle_since > 1.5:
+                if acked + unconfirmed and time.monotonic() - idle_since > 1.5:
                     break
-                if not acked and time.monotonic() - idle_since > 10:
+                if not acked + unconfirmed and time.monotonic() - idle_since > 10:
                     break
                 continue
             if not first:
                 first = time.time()
-            pending += [message.ack() for message in messages]
-            if len(pending) >= 500:
-                await asyncio.gather(*pending)
-                acked += len(pending)
-                pending = []
-                last = time.time()
+            chunk = asyncio.gather(*(message.ack() for message in messages))
+            chunk.add_done_callback(confirmed)
+            chunks.append((len(messages), chunk))
+            unconfirmed += len(messages)
+            while unconfirmed >= 500:  # at most ~500 acks awaiting confirmation
+                count, oldest = chunks.pop(0)
+                await oldest
+                unconfirmed -= count
+                acked += count
             idle_since = time.monotonic()
-        if pending:
-            await asyncio.gather(*pending)
-            acked += len(pending)
-            last = time.time()
+        for count, chunk in chunks:
+            await chunk
+            acked += count
     print(json.dumps({"acked": acked, "first": first, "last": last}), flush=True)
 
 
@@ -121,7 +145,7 @@ async def laminar_side(work: Path, total: int) -> float:
                 await asyncio.sleep(0.1)
             address = (await admin.cluster.refresh_metadata()).brokers[leader]
         await write_laminar(address, total)
-        procs = [spawn("laminar", bootstrap, str(total)) for _ in range(MEMBERS)]
+        procs = spawn_members("laminar", bootstrap, str(total))
         per_second, count = rate(procs, 600)
         assert count == total, f"laminar acked {count} of {total}"
         return per_second
@@ -272,7 +296,7 @@ async def nats_side(work: Path, total: int) -> float:
                 *(js.publish(SUBJECT, PAYLOAD) for _ in range(min(2000, total - start)))
             )
         await client.close()
-        procs = [spawn("nats", urls, str(total)) for _ in range(MEMBERS)]
+        procs = spawn_members("nats", urls, str(total))
         per_second, count = rate(procs, 600)
         assert count >= total, f"NATS acked {count} of {total}"
         return per_second
@@ -312,6 +336,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker(argv: list[str]) -> None:
     kind, address, total = argv
+    if kind == "nats":
+        import nats  # noqa: F401 - imported before the start line, like laminar's client
+    print("ready", flush=True)
+    sys.stdin.readline()
     if kind == "laminar":
         uvloop.run(laminar_worker(address, int(total)))
     else:

@@ -12,7 +12,8 @@ from typing import Any
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.connection import Connection
-from laminar.errors import LaminarError
+from laminar.client.share_wire import WireAck, ack_errors, ack_runs, share_fetch
+from laminar.errors import LaminarError, ReceiptExpiredError
 from laminar.node.config import NodeConfig
 from laminar.node.node import Node
 from laminar.protocol import read_error
@@ -183,6 +184,90 @@ async def test_a_delayed_record_is_not_delivered_before_its_time(tmp_path: Path)
         got, _ = await member.fetch(10, wait_ms=5000)
         assert [v for _o, _c, v in got] == [b"later"]
         assert time.time() * 1000 >= due
+        connection.close()
+    finally:
+        await node.stop()
+
+
+async def _node_with_records(tmp_path: Path, count: int) -> tuple[Node, str]:
+    client_port, peer_port = free_port(), free_port()
+    bootstrap = f"127.0.0.1:{client_port}"
+    node = await start_node(tmp_path, client_port, peer_port)
+    async with Admin(bootstrap) as admin:
+        while TOPIC not in await admin.list_topics():
+            try:
+                await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
+            except LaminarError:
+                await asyncio.sleep(0.1)
+    async with Producer(bootstrap) as producer:
+        for i in range(count):
+            await producer.send_and_wait(TOPIC, f"v{i}".encode(), partition=0)
+    return node, bootstrap
+
+
+async def test_a_long_poll_on_an_idle_queue_writes_nothing(tmp_path: Path) -> None:
+    """The queue's own control batches are offsets to skip; skipping them must not be what
+    makes the next control batch (a waiting member once kept an idle partition writing one
+    per millisecond)."""
+    node, bootstrap = await _node_with_records(tmp_path, 3)
+    try:
+        connection = await Connection.open(bootstrap)
+        member = Member(connection, "idle", "m")
+        got, _ = await member.fetch(10)
+        await member.fetch(0, [(o, c, ACK, 0) for o, c, _v in got])
+        tp = TopicPartition(TOPIC, 0)
+        async with Admin(bootstrap) as admin:
+            ends = []
+            for _ in range(3):  # the first poll may still see a checkpoint written
+                got, _ = await member.fetch(10, wait_ms=700)
+                assert got == []
+                ends.append((await admin.list_offsets([tp], -1))[tp])
+        assert ends[2] == ends[1], f"an idle long poll wrote at {ends}"
+        connection.close()
+    finally:
+        await node.stop()
+
+
+async def test_settlements_and_acquisitions_travel_as_runs(tmp_path: Path) -> None:
+    """ackRuns settle in order with one result per offset (a run may partly fail), and
+    acquiredRuns name the same deliveries as the per-offset list."""
+    node, bootstrap = await _node_with_records(tmp_path, 6)
+    try:
+        connection = await Connection.open(bootstrap)
+        tp = TopicPartition(TOPIC, 0)
+
+        async def fetch(max_records: int, acks: list[WireAck]) -> tuple[Any, Any]:
+            reply, _payload = await share_fetch(
+                connection, "runs", "m", [tp], max_records=max_records, lock_ms=0,
+                max_wait_ms=0, acks=acks, from_earliest=True, timeout=30,
+            )  # fmt: skip
+            return reply.body.shareFetch, acks
+
+        body, _ = await fetch(6, [])
+        (result,) = body.results
+        runs = [(r.offset, r.count, r.deliveryCount) for r in result.acquiredRuns]
+        assert len(result.acquired) == 0 and sum(n for _o, n, _c in runs) == 6
+        first = runs[0][0]
+        offsets = [o + i for o, n, _c in runs for i in range(n)]
+        assert offsets == list(range(first, first + 6)) and all(c == 1 for *_x, c in runs)
+
+        def acks(lo: int, hi: int, action: int = ACK) -> list[WireAck]:
+            return [WireAck(TOPIC, 0, o, 1, action, 0) for o in range(lo, hi)]
+
+        body, sent = await fetch(0, acks(first + 1, first + 2))
+        assert ack_errors(body, sent) == [None]
+        # one run over six offsets, the second of them already acked: only it fails
+        body, sent = await fetch(0, acks(first, first + 6))
+        errors = ack_errors(body, sent)
+        assert [type(e).__name__ if e else None for e in errors] == [
+            None, "ReceiptExpiredError", None, None, None, None,
+        ]  # fmt: skip
+        # a whole run with stale receipts
+        body, sent = await fetch(0, acks(first, first + 3))
+        assert all(isinstance(e, ReceiptExpiredError) for e in ack_errors(body, sent))
+        assert ack_runs(sent + acks(first + 4, first + 5)) == [
+            (sent[0], 3), (WireAck(TOPIC, 0, first + 4, 1, ACK, 0), 1),
+        ]  # fmt: skip
         connection.close()
     finally:
         await node.stop()

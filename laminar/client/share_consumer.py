@@ -289,6 +289,7 @@ class ShareConsumer:
         acks: list[Settlement] = settler.take(node)
         wait = 0 if acks else wait_ms  # settlement results must not wait for a long poll
         sent_ms = _now_ms()
+        sent = settler.wire(acks)
         try:
             connection = await self.cluster.connection(node)
             reply, payload = await share_fetch(
@@ -299,7 +300,7 @@ class ShareConsumer:
                 max_records=self.max_records,
                 lock_ms=self.lock_ms,
                 max_wait_ms=wait,
-                acks=settler.wire(acks),
+                acks=sent,
                 from_earliest=self.from_earliest,
                 timeout=self.request_timeout + wait / 1000,
             )
@@ -322,7 +323,7 @@ class ShareConsumer:
             self._arrived.set()
         try:
             body = reply.body.shareFetch
-            settler.finish(acks, body.ackResults)
+            settler.finish(acks, body, sent)
             for result in body.results:
                 self._take_result(result, payload, sent_ms)
         except Exception as exc:  # a reply we cannot read: the application hears of it
@@ -345,12 +346,16 @@ class ShareConsumer:
         self._joined.add(tp)
         # Each pointer followed counts against the reader's traversal limit (about the reply's
         # size): read the list once.
-        listed = result.acquired
+        listed = result.acquiredRuns
         if not len(listed):
             return
         # Never trust a lock longer than asked for from when the request left (clock skew).
         ceiling = sent_ms + self.lock_ms
-        acquired = {a.offset: (a.deliveryCount, min(a.lockUntilMs, ceiling)) for a in listed}
+        acquired: dict[int, tuple[int, int]] = {}
+        for run in listed:
+            got = (run.deliveryCount, min(run.lockUntilMs, ceiling))
+            first = run.offset
+            acquired.update(dict.fromkeys(range(first, first + run.count), got))
         data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
         try:
             records = self._decode(tp, data, min(acquired), max(acquired))

@@ -28,10 +28,9 @@ from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
 from laminar.client.offsets import target_node
 from laminar.client.share_message import ACK, EXTEND, ShareMessage
-from laminar.client.share_wire import WireAck, share_fetch
+from laminar.client.share_wire import WireAck, ack_errors, share_fetch
 from laminar.client.types import TopicPartition
 from laminar.errors import LaminarError, NotLeaderError
-from laminar.protocol import read_error
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +62,11 @@ class Settlement:
     def wire(self) -> WireAck:
         m = self.message
         return WireAck(m.topic, m.partition, m.offset, m.delivery_count, self.action, self.ms)
+
+
+def _fail(future: asyncio.Future[None], error: BaseException) -> None:
+    future.add_done_callback(_retrieve)  # only failures need it: no callback per good ack
+    future.set_exception(error)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
@@ -105,12 +109,12 @@ class Settler:
     def submit(self, message: ShareMessage, action: int, ms: int) -> asyncio.Future[None]:
         loop = self._loop
         future: asyncio.Future[None] = loop.create_future()
-        future.add_done_callback(_retrieve)
         if self._closed:
-            future.set_exception(ConnectionError("share consumer closed"))
+            _fail(future, ConnectionError("share consumer closed"))
             return future
+        # Leaves ``_pending`` where its result is set (``finish``, ``_failed_one``, ``close``):
+        # a done callback per ack would cost an event-loop turn each.
         self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
         if action != EXTEND:
             self.held.pop((message.topic, message.partition, message.offset), None)
         self._queue.append(Settlement(message, action, ms, future, loop.time() + self.retry_for))
@@ -127,23 +131,37 @@ class Settler:
         taken: list[Settlement] = []
         kept: list[Settlement] = []
         keys: set[OffsetKey] = set()
+        in_flight = self._in_flight
+        here: dict[tuple[str, int], bool] = {}  # partition -> led by node_id (asked once)
         for item in self._queue:
-            if len(taken) < MAX_PER_REQUEST and self._sendable(item, now, keys, node_id):
+            m = item.message
+            key = (m.topic, m.partition, m.offset)
+            if (
+                len(taken) < MAX_PER_REQUEST
+                and item.not_before <= now
+                and key not in in_flight
+                and key not in keys
+                and self._led_by(here, m.topic, m.partition, node_id)
+            ):
                 taken.append(item)
-                keys.add(item.key)
+                keys.add(key)
             else:
                 kept.append(item)
         self._queue = kept
-        self._in_flight |= keys
+        in_flight |= keys
         return taken
 
-    def _sendable(self, item: Settlement, now: float, keys: set[OffsetKey], node: int) -> bool:
-        if item.not_before > now or item.key in self._in_flight or item.key in keys:
-            return False
-        try:
-            return target_node(self.cluster, item.tp) == node
-        except (ConnectionError, LaminarError):
-            return False
+    def _led_by(
+        self, here: dict[tuple[str, int], bool], topic: str, partition: int, node: int
+    ) -> bool:
+        led = here.get((topic, partition))
+        if led is None:
+            try:
+                led = target_node(self.cluster, TopicPartition(topic, partition)) == node
+            except (ConnectionError, LaminarError):
+                led = False
+            here[(topic, partition)] = led
+        return led
 
     def _flush(self) -> None:
         """Send what is queued, one ack-only request per node with none in flight."""
@@ -181,6 +199,7 @@ class Settler:
     async def _send(self, node: int, items: list[Settlement]) -> None:
         try:
             connection = await self.cluster.connection(node)
+            sent = self.wire(items)
             reply, _ = await share_fetch(
                 connection,
                 self.group,
@@ -189,7 +208,7 @@ class Settler:
                 max_records=0,
                 lock_ms=0,
                 max_wait_ms=0,
-                acks=self.wire(items),
+                acks=sent,
                 from_earliest=False,
                 timeout=self.request_timeout,
             )
@@ -205,7 +224,7 @@ class Settler:
             self._requests.pop(node, None)
             if self._queue:
                 self._schedule(0.0)
-        self.finish(items, reply.body.shareFetch.ackResults)
+        self.finish(items, reply.body.shareFetch, sent)
 
     def wire(self, items: Sequence[Settlement]) -> list[WireAck]:
         """The items as ShareAcks, stamped with the time they are sent."""
@@ -215,9 +234,14 @@ class Settler:
         return [item.wire() for item in items]
 
     # results ------------------------------------------------------------------------------
-    def finish(self, items: Sequence[Settlement], results: Any) -> None:
-        """Resolve ``items`` with the node's per-item results (in request order)."""
-        errors = [read_error(r.error) for r in results]
+    def finish(self, items: Sequence[Settlement], body: Any, sent: Sequence[WireAck]) -> None:
+        """Resolve ``items`` (sent as ``sent``) with the node's per-item results from the
+        ShareFetchResponse ``body``."""
+        try:
+            errors = ack_errors(body, sent) if items else []
+        except LaminarError as exc:
+            self.failed(items, exc)
+            return
         if len(errors) != len(items):
             self.failed(items, LaminarError("share fetch reply has the wrong number of results"))
             return
@@ -227,6 +251,7 @@ class Settler:
                 if item.action == EXTEND:
                     message = item.message
                     message.lock_until_ms = max(message.lock_until_ms, item.sent_ms + item.ms)
+                self._pending.discard(item.future)
                 if not item.future.done():
                     item.future.set_result(None)
             else:
@@ -243,7 +268,8 @@ class Settler:
             self._schedule(RETRY_BACKOFF)
 
     def _failed_one(self, item: Settlement, error: BaseException) -> None:
-        if item.future.done():
+        if item.future.done():  # cancelled by its caller
+            self._pending.discard(item.future)
             return
         if is_retriable(error) and self._loop.time() < item.deadline:
             self._retry_later(item, error)
@@ -251,7 +277,8 @@ class Settler:
             return
         if item.action != ACK:
             log.debug("settlement failed", offset=item.key, error=str(error))
-        item.future.set_exception(error)
+        self._pending.discard(item.future)
+        _fail(item.future, error)
 
     def _retry_later(self, item: Settlement, error: BaseException) -> None:
         hinted = isinstance(error, NotLeaderError) and self.cluster.note_leader(
@@ -281,6 +308,7 @@ class Settler:
         for task in self._requests.values():
             task.cancel()
         self._queue.clear()
-        for future in list(self._pending):
+        pending, self._pending = self._pending, set()
+        for future in pending:
             if not future.done():
-                future.set_exception(ConnectionError("share consumer closed"))
+                _fail(future, ConnectionError("share consumer closed"))

@@ -10,6 +10,8 @@ from typing import Any, NamedTuple
 
 from laminar.client.connection import Connection, Reply
 from laminar.client.types import TopicPartition
+from laminar.errors import LaminarError
+from laminar.protocol import read_error
 
 
 class WireAck(NamedTuple):
@@ -50,12 +52,67 @@ async def share_fetch(
         request.lockMs = lock_ms
         request.maxWaitMs = max_wait_ms
         request.fromEarliest = from_earliest
-        slots = request.init("acks", len(acks))
-        for slot, ack in zip(slots, acks, strict=True):
-            slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
-            slot.deliveryCount, slot.action, slot.ms = ack.delivery_count, ack.action, ack.ms
+        request.acquiredRuns = True
+        if acks:
+            runs = ack_runs(acks)
+            slots = request.init("ackRuns", len(runs))
+            for slot, (ack, count) in zip(slots, runs, strict=True):
+                slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
+                slot.count, slot.deliveryCount = count, ack.delivery_count
+                slot.action, slot.ms = ack.action, ack.ms
 
     return await connection.request(fill, timeout=timeout)
+
+
+def ack_runs(acks: Sequence[WireAck]) -> list[tuple[WireAck, int]]:
+    """``acks`` as runs (first ack, count): neighbours in the list that settle consecutive
+    offsets of one partition alike become one run (the request order is kept)."""
+    runs: list[tuple[WireAck, int]] = []
+    first: WireAck | None = None
+    count = 0
+    for ack in acks:
+        if (
+            first is not None
+            and ack.offset == first.offset + count
+            and ack.partition == first.partition
+            and ack.delivery_count == first.delivery_count
+            and ack.action == first.action
+            and ack.ms == first.ms
+            and ack.topic == first.topic
+        ):
+            count += 1
+            continue
+        if first is not None:
+            runs.append((first, count))
+        first, count = ack, 1
+    if first is not None:
+        runs.append((first, count))
+    return runs
+
+
+def ack_errors(body: Any, acks: Sequence[WireAck]) -> list[LaminarError | None]:
+    """The result of each of ``acks`` (as sent by ``share_fetch``) from a ShareFetchResponse."""
+    runs = ack_runs(acks)
+    results = body.ackRunResults
+    if len(results) != len(runs):
+        raise LaminarError("share fetch reply has the wrong number of results")
+    out: list[LaminarError | None] = []
+    for (first, count), result in zip(runs, results, strict=True):
+        error = read_error(result.error)
+        if error is not None:
+            out += [error] * count
+            continue
+        failed = result.failed
+        if not len(failed):
+            out += [None] * count
+            continue
+        mine: list[LaminarError | None] = [None] * count
+        for f in failed:
+            i = f.offset - first.offset
+            if 0 <= i < count:
+                mine[i] = read_error(f.error)
+        out += mine
+    return out
 
 
 async def describe_queue(

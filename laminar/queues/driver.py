@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -50,12 +49,12 @@ log = structlog.get_logger(__name__)
 
 DELIVER_AT_HEADER = "laminar-deliver-at"
 """A record header (ASCII ms since the epoch): share groups deliver it no earlier."""
+DELIVER_AT_BYTES = DELIVER_AT_HEADER.encode()
 READ_BYTES = 4 << 20
 POLL_SLICE = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class Settle:
+class Settle(NamedTuple):
     """One acknowledgement of a share fetch, by receipt (member of the fetch)."""
 
     offset: int
@@ -86,6 +85,7 @@ class PartitionQueues:
         self._scanned: dict[str, int] = {}
         self._releases: list[tuple[str, int, asyncio.Future[None]]] = []
         self._append_scheduled = False
+        self._append_forced = False
         self._since_checkpoint = 0
         self._checkpoint_at = -1  # offset of the newest checkpoint batch (-1: none yet)
         loop = asyncio.get_running_loop()
@@ -124,12 +124,11 @@ class PartitionQueues:
             if partition is None:
                 results = [ReceiptExpiredError(f"group {group} holds nothing here")] * len(settles)
             else:
+                new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call
                 reply = partition.acknowledge(
                     [
-                        Acknowledgement(
-                            Receipt(member_id, s.offset, s.delivery_count), s.kind, s.ms
-                        )
-                        for s in settles
+                        new(Acknowledgement, (new(Receipt, (member_id, offset, count)), kind, ms))
+                        for offset, count, kind, ms in settles
                     ],
                     self._now_ms(),
                 )
@@ -143,12 +142,15 @@ class PartitionQueues:
                 self._scan(group, partition)
                 reply = partition.acquire(member_id, max_records, self._now_ms(), lock_ms)
                 deliveries = reply.value
-                waits.append((group, reply.after))
+                if deliveries:  # an empty acquire hands out nothing that must be durable
+                    waits.append((group, reply.after))
                 remaining = deadline - asyncio.get_running_loop().time()
                 if deliveries or remaining <= 0:
                     break
                 await self._new_data(min(remaining, POLL_SLICE))
                 self._check()
+        if waits:  # a reply waits for these records: append even if they are only skips
+            self._append_forced = True
         self._schedule_append()
         for name, after in waits:
             await self._released(name, after)
@@ -273,7 +275,9 @@ class PartitionQueues:
                 # is told now; the next scan starts at ``end`` and reads the rest.
                 if record_batch.is_control(header):
                     partition.skip(header.base_offset, min(last + 1, end))
-                else:
+                elif DELIVER_AT_BYTES in bytes(batch):
+                    # Batches are never compressed: one without the header's name holds no
+                    # delayed record, and its records are not decoded at all.
                     for record in record_batch.decode_records(batch):
                         due = _deliver_at(record.headers)
                         if due > now and start <= record.offset < end:
@@ -321,8 +325,11 @@ class PartitionQueues:
 
     def _append(self, checkpoint: bool = False) -> None:
         self._append_scheduled = False
+        forced, self._append_forced = self._append_forced, False
         if not self._usable():
             return
+        if not (checkpoint or forced or any(p.urgent for p in self.groups.values())):
+            return  # only skips pending: they ride on the next append (``urgent``)
         items: list[tuple[str, Record]] = []
         written: dict[str, int] = {}
         for name, partition in self.groups.items():

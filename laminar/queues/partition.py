@@ -156,6 +156,7 @@ class SharePartition:
         for record in records:
             self.state.apply(record)
         self._outbox: list[Record] = []
+        self._urgent = False  # the outbox holds more than skips (see ``urgent``)
         self._written = 0
         self._committed = 0
         self._lost = False
@@ -184,7 +185,16 @@ class SharePartition:
     def take_batch(self) -> tuple[Record, ...]:
         """Records written since the last call; the driver appends them as one atomic entry."""
         out, self._outbox = tuple(self._outbox), []
+        self._urgent = False
         return out
+
+    @property
+    def urgent(self) -> bool:
+        """The outbox holds a record other than a ``skip``'s. Skips restate facts of the log
+        (a new instance finds them again), so they wait for the next other record instead of
+        being appended alone: appending them would write a control batch, which is one more
+        offset to skip, and a long-polling member would keep an idle partition writing."""
+        return self._urgent
 
     def records_committed(self, up_to: int) -> None:
         """The first ``up_to`` records of this instance are durable."""
@@ -240,7 +250,7 @@ class SharePartition:
         todo = [o for o in range(lo, hi) if self._slot_state(o) in (None, AVAILABLE, ACQUIRED)]
         if todo:
             self._settled(todo)
-            self._write(Acked(runs_of(todo)))
+            self._write(Acked(runs_of(todo)), lazy=True)
 
     def defer(self, first: int, end: int, until_ms: int) -> None:
         """Records ``[first, end)`` must not be delivered before ``until_ms`` (``deliver_at``).
@@ -333,10 +343,11 @@ class SharePartition:
         deadline = now_ms + lock
         out = []
         deadlines, locks, push = self._deadline, self._locks, heapq.heappush
+        new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per offset
         for o, count in picked:
             deadlines[o] = deadline
             push(locks, (deadline, o, count))
-            out.append(Delivery(Receipt(member_id, o, count), deadline))
+            out.append(new(Delivery, (new(Receipt, (member_id, o, count)), deadline)))
         return Reply(out, self._written)
 
     def acknowledge(
@@ -543,9 +554,10 @@ class SharePartition:
             raise error
         return Reply(None, reply.after)
 
-    def _write(self, record: Record) -> None:
+    def _write(self, record: Record, lazy: bool = False) -> None:
         self.state.apply(record)
         self._outbox.append(record)
+        self._urgent = self._urgent or not lazy
         self._written += 1
         if self._cursor < self.state.start:
             self._cursor = self.state.start

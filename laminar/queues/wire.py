@@ -24,6 +24,7 @@ Handler = Callable[[Any, Any, memoryview], Awaitable[list[bytes] | None]]
 LeaderReplica = Callable[[str, int], Replica]
 ACTIONS = ("ack", "release", "reject", "extend")
 MAX_WAIT_MS = 30_000
+MAX_SETTLES = 100_000  # settlements in one request (runs expand to one per offset)
 POLL_SLICE = 0.05
 
 
@@ -41,13 +42,26 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
             tp = (ack.topic, ack.partition)
             settle = Settle(ack.offset, ack.deliveryCount, ACTIONS[ack.action], ack.ms)
             settles.setdefault(tp, []).append((position, settle))
+        total = len(acks)
+        runs: list[tuple[int, int, int]] = []  # (position of its first item, count, offset)
+        for run in body.ackRuns:
+            action, count, first = run.action, run.count, run.offset
+            if action >= len(ACTIONS):
+                raise InvalidRequestError(f"unknown acknowledgement action {action}")
+            if total + count > MAX_SETTLES:
+                raise InvalidRequestError(f"more than {MAX_SETTLES} settlements in one request")
+            kind, count_, ms = ACTIONS[action], run.deliveryCount, run.ms
+            new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per offset
+            settles.setdefault((run.topic, run.partition), []).extend(
+                (total + i, new(Settle, (first + i, count_, kind, ms))) for i in range(count)
+            )
+            runs.append((total, count, first))
+            total += count
         max_records = body.maxRecords
         lock_ms = body.lockMs or None
         from_earliest = body.fromEarliest
         max_wait = min(body.maxWaitMs, MAX_WAIT_MS) / 1000
-        ack_results: list[tuple[str, int, int, LaminarError | None]] = [
-            (a.topic, a.partition, a.offset, None) for a in acks
-        ]
+        errors: list[LaminarError | None] = [None] * total  # per settlement, request order
         found: dict[tuple[str, int], list[Delivery] | LaminarError] = {}
 
         async def one_pass(tps: list[tuple[str, int]], budget: int) -> int:
@@ -68,10 +82,10 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 except LaminarError as exc:
                     found.setdefault(tp, exc)
                     for position, _settle in mine:
-                        ack_results[position] = (*ack_results[position][:3], exc)
+                        errors[position] = exc
                     continue
                 for (position, _settle), error in zip(mine, results, strict=True):
-                    ack_results[position] = (*ack_results[position][:3], error)
+                    errors[position] = error
                 previous = found.get(tp)
                 if isinstance(previous, list):
                     previous += deliveries
@@ -88,7 +102,8 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 break
             await _any_news(leader_replica, wanted, min(remaining, POLL_SLICE))
             await one_pass(wanted, max_records)
-        return _fill(response, service, leader_replica, found, ack_results)
+        as_runs = body.acquiredRuns
+        return _fill(response, service, leader_replica, found, acks, runs, errors, as_runs)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -132,7 +147,10 @@ def _fill(
     service: QueueService,
     leader_replica: LeaderReplica,
     found: dict[tuple[str, int], list[Delivery] | LaminarError],
-    ack_results: list[tuple[str, int, int, LaminarError | None]],
+    acks: list[Any],
+    runs: list[tuple[int, int, int]],
+    errors: list[LaminarError | None],
+    as_runs: bool,
 ) -> list[bytes]:
     out = response.body.init("shareFetch")
     results = out.init("results", len(found))
@@ -144,11 +162,14 @@ def _fill(
         if isinstance(value, LaminarError):
             fill_error(slot.error, value)
             continue
-        acquired = slot.init("acquired", len(value))
-        for a, delivery in zip(acquired, value, strict=True):
-            a.offset = delivery.offset
-            a.deliveryCount = delivery.delivery_count
-            a.lockUntilMs = delivery.lock_until_ms
+        if as_runs:
+            _fill_runs(slot, value)
+        else:
+            acquired = slot.init("acquired", len(value))
+            for a, delivery in zip(acquired, value, strict=True):
+                a.offset = delivery.offset
+                a.deliveryCount = delivery.delivery_count
+                a.lockUntilMs = delivery.lock_until_ms
         if not value:
             continue
         try:
@@ -160,9 +181,39 @@ def _fill(
         slot.payloadLength = size
         chunks += batches
         position += size
-    acks = out.init("ackResults", len(ack_results))
-    for slot, (topic, partition, offset, error) in zip(acks, ack_results, strict=True):
-        slot.topic, slot.partition, slot.offset = topic, partition, offset
+    slots = out.init("ackResults", len(acks))
+    for slot, ack, error in zip(slots, acks, errors, strict=False):
+        slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
         if error is not None:
             fill_error(slot.error, error)
+    if runs:
+        for slot, (position, count, first) in zip(
+            out.init("ackRunResults", len(runs)), runs, strict=True
+        ):
+            mine = errors[position : position + count]
+            failed = [(first + i, e) for i, e in enumerate(mine) if e is not None]
+            if not failed:
+                continue
+            if len(failed) == count and all(e is failed[0][1] for _o, e in failed):
+                fill_error(slot.error, failed[0][1])  # the whole run (its partition) failed
+                continue
+            for f, (offset, error) in zip(slot.init("failed", len(failed)), failed, strict=True):
+                f.offset = offset
+                fill_error(f.error, error)
     return chunks
+
+
+def _fill_runs(slot: Any, deliveries: list[Delivery]) -> None:
+    """``deliveries`` as runs of consecutive offsets with one delivery count and lock."""
+    runs: list[list[int]] = []  # [offset, count, delivery count, lock until]
+    for (_member, offset, count), until in deliveries:
+        if runs:
+            last = runs[-1]
+            if offset == last[0] + last[1] and count == last[2] and until == last[3]:
+                last[1] += 1
+                continue
+        runs.append([offset, 1, count, until])
+    for out, (offset, n, count, until) in zip(
+        slot.init("acquiredRuns", len(runs)), runs, strict=True
+    ):
+        out.offset, out.count, out.deliveryCount, out.lockUntilMs = offset, n, count, until

@@ -335,6 +335,29 @@ struct ShareAck {
   ms @5 :UInt32;              # release: delay before the next delivery; extend: the new lock
 }
 
+struct ShareAckRun {
+  # ``count`` settlements of consecutive offsets from ``offset`` with the same receipt delivery
+  # count, action and ms, in offset order: ShareAcks compressed (a member acks what it was
+  # handed, mostly consecutive offsets), so neither side builds or reads one struct per offset.
+  topic @0 :Text;
+  partition @1 :UInt32;
+  offset @2 :Int64;
+  count @3 :UInt32;
+  deliveryCount @4 :UInt32;
+  action @5 :UInt8;
+  ms @6 :UInt32;
+}
+
+struct ShareAckFailure {
+  offset @0 :Int64;
+  error @1 :Error;
+}
+
+struct ShareAckRunResult {
+  error @0 :Error;                   # set: every offset of the run failed with it
+  failed @1 :List(ShareAckFailure);  # else these offsets failed and the others are settled
+}
+
 struct ShareFetchRequest {
   group @0 :Text;
   memberId @1 :Text;
@@ -344,6 +367,8 @@ struct ShareFetchRequest {
   maxWaitMs @5 :UInt32;       # long poll while nothing is available
   acks @6 :List(ShareAck);    # settled before anything is acquired
   fromEarliest @7 :Bool;      # a group new on a partition starts at its start (default: end)
+  ackRuns @8 :List(ShareAckRun);  # settled after ``acks``, in this order
+  acquiredRuns @9 :Bool;      # answer with SharePartitionResult.acquiredRuns, not .acquired
   # No byte limit: the reply holds every batch with an acquired record (an acquired record the
   # member never saw would only come back when its lock ran out); maxRecords bounds it.
 }
@@ -361,6 +386,15 @@ struct ShareAcquired {
   lockUntilMs @2 :Int64;
 }
 
+struct ShareAcquiredRun {
+  # ``count`` consecutive offsets from ``offset`` acquired alike (one struct per offset costs
+  # both sides more than the rest of a share fetch).
+  offset @0 :Int64;
+  count @1 :UInt32;
+  deliveryCount @2 :UInt32;
+  lockUntilMs @3 :Int64;
+}
+
 struct SharePartitionResult {
   topic @0 :Text;
   partition @1 :UInt32;
@@ -368,11 +402,13 @@ struct SharePartitionResult {
   acquired @3 :List(ShareAcquired);
   payloadOffset @4 :UInt32;   # whole record batches holding the acquired offsets (and others:
   payloadLength @5 :UInt32;   # deliver only the acquired ones)
+  acquiredRuns @6 :List(ShareAcquiredRun);  # instead of ``acquired`` if the request asked
 }
 
 struct ShareFetchResponse {
   results @0 :List(SharePartitionResult);
   ackResults @1 :List(ShareAckResult);  # one per ack, in request order
+  ackRunResults @2 :List(ShareAckRunResult);  # one per ack run, in request order
 }
 
 struct DescribeQueueRequest {
