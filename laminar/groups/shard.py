@@ -35,7 +35,8 @@ import structlog
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError
 from laminar.groups.coordinator import Coordinator, CoordinatorConfig, Reply
 from laminar.groups.records import Record, decode, encode
-from laminar.node.replica import Replica, Waiter
+from laminar.node.leader_term import LeaderTerm
+from laminar.node.replica import Replica
 from laminar.segment import batch as record_batch
 
 log = structlog.get_logger(__name__)
@@ -75,7 +76,7 @@ class ShardDriver:
     ) -> None:
         self.shard = shard
         self.replica = replica
-        self.term = replica.raft.term
+        self.leader = LeaderTerm(replica)
         self.config = config
         self._topics = topics
         self._replica_racks = replica_racks
@@ -97,13 +98,7 @@ class ShardDriver:
     @property
     def current(self) -> bool:
         """Still the coordinator: same leader term, replica open, nothing refused."""
-        replica = self.replica
-        return (
-            not self.ended
-            and not replica.closed
-            and replica.is_leader
-            and replica.raft.term == self.term
-        )
+        return not self.ended and self.leader.current
 
     # ------------------------------------------------------------------ requests
 
@@ -174,13 +169,7 @@ class ShardDriver:
     async def _load(self) -> None:
         replica = self.replica
         try:
-            target = replica.raft.last_index
-            if replica.raft.commit < target:
-                waiter = Waiter(target, asyncio.get_running_loop().create_future())
-                replica.commit_waiters.append(waiter)
-                await waiter.future
-            if not self.current:
-                raise NotLeaderError("leadership lost while loading")
+            await self.leader.log_committed()
             records = self._replay(replica.log.start_offset, replica.raft.commit + 1)
             self._since_checkpoint = len(records)
             self.coordinator = Coordinator(
@@ -194,7 +183,7 @@ class ShardDriver:
         log.info(
             "group coordinator loaded",
             shard=self.shard,
-            term=self.term,
+            term=self.leader.term,
             records=len(records),
             groups=len(self.coordinator.state.groups),
         )
@@ -271,15 +260,16 @@ class ShardDriver:
 
     def _propose(self, chunk: list[Any], written: int, first_of_checkpoint: bool) -> None:
         try:
-            base, last = self.replica.raft.propose(record_batch.build_batch(chunk), len(chunk))
+            base = self.leader.propose(
+                record_batch.build_batch(chunk),
+                len(chunk),
+                lambda f: self._committed(f, written),
+            )
         except LaminarError as exc:  # a leader transfer under way, or no longer the leader
             self.end(f"append refused: {exc}")
             return
         if first_of_checkpoint and self._checkpoint is not None:
             self._checkpoint.offset = base
-        future = asyncio.get_running_loop().create_future()
-        self.replica.commit_waiters.append(Waiter(last, future))
-        future.add_done_callback(lambda f: self._committed(f, written))
 
     def _committed(self, future: asyncio.Future[Any], written: int) -> None:
         if future.cancelled() or future.exception() is not None:

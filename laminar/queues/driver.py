@@ -33,7 +33,8 @@ import structlog
 
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError, ReceiptExpiredError
 from laminar.groups.coordinator import Reply
-from laminar.node.replica import Replica, Waiter
+from laminar.node.leader_term import LeaderTerm
+from laminar.node.replica import Replica
 from laminar.queues.log_codec import decode_batch, encode_batch
 from laminar.queues.partition import (
     Acknowledgement,
@@ -74,7 +75,7 @@ class PartitionQueues:
         checkpoint_min_records: int = 10_000,
     ) -> None:
         self.replica = replica
-        self.term = replica.raft.term
+        self.leader = LeaderTerm(replica)
         self.config = config
         self._now_ms = now_ms
         self._wake = wake
@@ -94,13 +95,7 @@ class PartitionQueues:
 
     @property
     def current(self) -> bool:
-        replica = self.replica
-        return (
-            not self.ended
-            and not replica.closed
-            and replica.is_leader
-            and replica.raft.term == self.term
-        )
+        return not self.ended and self.leader.current
 
     # ------------------------------------------------------------------ requests
 
@@ -341,16 +336,13 @@ class PartitionQueues:
             return
         data = encode_batch(items, self._now_ms(), checkpoint)
         try:
-            base, last = self.replica.raft.propose(data, len(items))
+            base = self.leader.propose(data, len(items), lambda f: self._committed(f, written))
         except LaminarError as exc:
             self.end(f"append refused: {exc}")
             return
         self._since_checkpoint = len(items) if checkpoint else self._since_checkpoint + len(items)
         if checkpoint:
             self._checkpoint_at = base
-        future = asyncio.get_running_loop().create_future()
-        self.replica.commit_waiters.append(Waiter(last, future))
-        future.add_done_callback(lambda f: self._committed(f, written))
         self._wake(self.replica)
 
     def _committed(self, future: asyncio.Future[Any], written: dict[str, int]) -> None:
@@ -374,13 +366,7 @@ class PartitionQueues:
     async def _load(self) -> None:
         replica = self.replica
         try:
-            target = replica.raft.last_index
-            if replica.raft.commit < target:
-                waiter = Waiter(target, asyncio.get_running_loop().create_future())
-                replica.commit_waiters.append(waiter)
-                await waiter.future
-            if not self.current:
-                raise NotLeaderError("leadership lost while loading")
+            await self.leader.log_committed()
             records = self._replay(replica.raft.commit + 1)
         except (LaminarError, OSError, ValueError) as exc:
             self.end(f"could not load: {exc}")
