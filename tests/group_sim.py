@@ -41,8 +41,9 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from laminar.durable import Reply
 from laminar.errors import FencedMemberEpochError, LaminarError, UnknownMemberIdError
-from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse, Reply
+from laminar.groups.coordinator import Coordinator, CoordinatorConfig, HeartbeatResponse
 from laminar.groups.records import GroupsState, Record, compact, replay
 
 REPLAY = (

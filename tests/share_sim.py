@@ -39,8 +39,8 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 
+from laminar.durable import Reply
 from laminar.errors import ReceiptExpiredError
-from laminar.groups.coordinator import Reply
 from laminar.queues.partition import (
     Acknowledgement,
     Delivery,

@@ -51,8 +51,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Generic, TypeVar
 
+from laminar.durable import RecordOutbox, Reply
 from laminar.errors import (
     FencedMemberEpochError,
     GroupNotEmptyError,
@@ -89,7 +89,6 @@ from laminar.groups.records import (
 )
 from laminar.groups.views import GroupView, describe
 
-T = TypeVar("T")
 DAY_MS = 24 * 3600 * 1000
 MAX_METADATA_CHARS = 4096
 
@@ -118,16 +117,11 @@ class HeartbeatResponse:
     assignment: frozenset[TopicPartition]
 
 
-@dataclass(frozen=True, slots=True)
-class Reply(Generic[T]):
-    """A result to send once the first ``after`` records of this coordinator are durable."""
-
-    value: T
-    after: int
-
-
-class Coordinator:
+class Coordinator(RecordOutbox[Record]):
     """The groups of one coordinator shard. See the module docstring for the protocol."""
+
+    lost_error = NotCoordinatorError
+    lost_message = "coordinator state was lost; rebuild from the log"
 
     def __init__(
         self,
@@ -137,16 +131,13 @@ class Coordinator:
         records: Iterable[Record] = (),
         replica_racks: Mapping[TopicPartition, frozenset[str]] | None = None,
     ) -> None:
+        super().__init__()
         self.config = config
         self.state = GroupsState()
         for record in records:
             self.state.apply(record)
         self.topics: dict[str, int] = dict(topics)
         self.replica_racks = dict(replica_racks or {})
-        self._outbox: list[Record] = []
-        self._written = 0
-        self._committed = 0
-        self._lost = False
         self._session: dict[tuple[str, str], int] = {}
         self._rebalance: dict[tuple[str, str], int] = {}
         for name in sorted(self.state.groups):
@@ -162,45 +153,13 @@ class Coordinator:
 
     # ------------------------------------------------------------------ log interface
 
-    @property
-    def written(self) -> int:
-        """Records written by this coordinator so far (handed out or not)."""
-        return self._written
-
-    @property
-    def committed(self) -> int:
-        return self._committed
-
-    def take_batch(self) -> tuple[Record, ...]:
-        """Records written since the last call, in order. The driver appends them as one atomic
-        entry: a request writes several records (a removal tombstones three keys) and a log
-        that kept only some of them would replay to a state no request ever produced. Calls
-        are never interleaved, so a batch always holds whole requests."""
-        out, self._outbox = tuple(self._outbox), []
-        return out
-
-    def records_committed(self, up_to: int) -> None:
-        """The first ``up_to`` records of this coordinator are durable."""
-        self._alive()
-        if up_to > self._written:
-            raise ValueError(f"{up_to} records committed but only {self._written} written")
-        self._committed = max(self._committed, up_to)
-
-    def records_lost(self) -> None:
-        """An append failed: this object is unusable; rebuild from the durable records."""
-        self._lost = True
-
-    def is_released(self, reply: Reply) -> bool:
-        return reply.after <= self._committed
-
     def checkpoint(self) -> int:
         """Restate every live record (``state_records``) as the next records to write; returns
         how many. The state does not change; once they are durable, a replay may start where
         they start, so the internal partition's log before that point can be dropped."""
         self._alive()
         restated = state_records(self.state)
-        self._outbox += restated
-        self._written += len(restated)
+        self._emit(restated)
         return len(restated)
 
     # ------------------------------------------------------------------ requests
@@ -396,15 +355,10 @@ class Coordinator:
 
     # ------------------------------------------------------------------ internals
 
-    def _alive(self) -> None:
-        if self._lost:
-            raise NotCoordinatorError("coordinator state was lost; rebuild from the log")
-
     def _write(self, key: Key, value: Value | None) -> None:
         record = Record(key, value)
         self.state.apply(record)
-        self._outbox.append(record)
-        self._written += 1
+        self._emit([record])
 
     def _touch(self, group: str, member_id: str, now_ms: int) -> None:
         self._session[(group, member_id)] = now_ms + self.config.session_timeout_ms

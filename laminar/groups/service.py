@@ -24,8 +24,9 @@ from typing import Any, TypeVar
 import crc32c
 import structlog
 
+from laminar.durable import Reply
 from laminar.errors import LaminarError, NotLeaderError, TopicExistsError
-from laminar.groups.coordinator import Coordinator, Reply
+from laminar.groups.coordinator import Coordinator
 from laminar.groups.settings import GroupSettings
 from laminar.groups.shard import ShardDriver
 from laminar.groups.views import GroupView

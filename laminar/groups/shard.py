@@ -32,8 +32,9 @@ from typing import Any, TypeVar
 
 import structlog
 
+from laminar.durable import Reply
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError
-from laminar.groups.coordinator import Coordinator, CoordinatorConfig, Reply
+from laminar.groups.coordinator import Coordinator, CoordinatorConfig
 from laminar.groups.records import Record, decode, encode
 from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica

@@ -31,8 +31,8 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from laminar.durable import Reply
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError, ReceiptExpiredError
-from laminar.groups.coordinator import Reply
 from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica
 from laminar.queues.log_codec import decode_batch, encode_batch

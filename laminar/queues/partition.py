@@ -52,8 +52,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from laminar.durable import RecordOutbox, Reply
 from laminar.errors import InvalidRequestError, LaminarError, ReceiptExpiredError
-from laminar.groups.coordinator import Reply
 from laminar.queues.records import (
     Acked,
     Acquired,
@@ -139,8 +139,10 @@ class ShareView:
     archiving: int
 
 
-class SharePartition:
+class SharePartition(RecordOutbox[Record]):
     """The queue state of one share group on one partition. See the module docstring."""
+
+    lost_message = "this share partition lost its log; rebuild it from the records"
 
     def __init__(
         self,
@@ -151,15 +153,12 @@ class SharePartition:
     ) -> None:
         """Replay ``records`` (the durable log, or the log from its newest ``Snapshot`` on).
         ``start``: where a share group that has no records yet begins (written as a record)."""
+        super().__init__()
         self.config = config
         self.state = ShareState()
         for record in records:
             self.state.apply(record)
-        self._outbox: list[Record] = []
         self._urgent = False  # the outbox holds more than skips (see ``urgent``)
-        self._written = 0
-        self._committed = 0
-        self._lost = False
         self._end = self.state.start
         self._cursor = self.state.start  # every offset below is either < start or has a slot
         self._deadline: dict[int, int] = {}
@@ -174,19 +173,9 @@ class SharePartition:
 
     # ------------------------------------------------------------------ log interface
 
-    @property
-    def written(self) -> int:
-        return self._written
-
-    @property
-    def committed(self) -> int:
-        return self._committed
-
     def take_batch(self) -> tuple[Record, ...]:
-        """Records written since the last call; the driver appends them as one atomic entry."""
-        out, self._outbox = tuple(self._outbox), []
         self._urgent = False
-        return out
+        return super().take_batch()
 
     @property
     def urgent(self) -> bool:
@@ -196,26 +185,11 @@ class SharePartition:
         offset to skip, and a long-polling member would keep an idle partition writing."""
         return self._urgent
 
-    def records_committed(self, up_to: int) -> None:
-        """The first ``up_to`` records of this instance are durable."""
-        self._alive()
-        if up_to > self._written:
-            raise ValueError(f"{up_to} records committed but only {self._written} written")
-        self._committed = max(self._committed, up_to)
-
-    def records_lost(self) -> None:
-        """An append failed: this object is unusable; rebuild from the durable records."""
-        self._lost = True
-
-    def is_released(self, reply: Reply) -> bool:
-        return reply.after <= self._committed
-
     def checkpoint(self) -> int:
         """Restate the whole state as one ``Snapshot`` record (returns 1). Once it is durable a
         replay may start at it, so the log before it can be dropped."""
         self._alive()
-        self._outbox.append(snapshot(self.state))
-        self._written += 1
+        self._emit([snapshot(self.state)])
         return 1
 
     # ------------------------------------------------------------------ the partition
@@ -556,15 +530,10 @@ class SharePartition:
 
     def _write(self, record: Record, lazy: bool = False) -> None:
         self.state.apply(record)
-        self._outbox.append(record)
+        self._emit([record])
         self._urgent = self._urgent or not lazy
-        self._written += 1
         if self._cursor < self.state.start:
             self._cursor = self.state.start
-
-    def _alive(self) -> None:
-        if self._lost:
-            raise LaminarError("this share partition lost its log; rebuild it from the records")
 
     def _slot_state(self, o: int) -> int | None:
         slot = self.state.slots.get(o)
