@@ -11,7 +11,7 @@ import pytest
 
 import laminar.cli  # noqa: F401 - first, as the app loads it: cli_queue needs cli whole
 from laminar.cli_queue import format_age
-from tests.share_node import TOPIC, bootstrap
+from tests.single_node import TOPIC, bootstrap
 from tests.test_cli_commands import LAMINAR
 
 __all__ = ["bootstrap"]  # the fixture

@@ -9,7 +9,6 @@ share a 3-node process cluster.
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,9 @@ from laminar.errors import (
 )
 from laminar.groups.service import INTERNAL_TOPIC
 from laminar.groups.settings import GroupSettings
-from laminar.node.config import NodeConfig
 from laminar.node.metadata import group_id
-from laminar.node.node import Node
 from tests.cluster_fixture import ClusterHandle, start_cluster
+from tests.single_node import SingleNode, create_topic
 
 TOPIC = "events"
 
@@ -138,45 +136,17 @@ async def leave(bootstrap: str, group: str, member: str, epoch: int) -> None:
 # --------------------------------------------------------------------------- one node
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_restart(
     tmp_path: Path,
 ) -> None:
-    client_port, peer_port = free_port(), free_port()
     settings = GroupSettings(
         partitions=1, segment_bytes=4096, checkpoint_min_records=200, session_timeout_ms=30_000
     )
-
-    def make() -> Node:
-        return Node(
-            NodeConfig(
-                node_id=1,
-                data_dir=tmp_path,
-                listen=f"127.0.0.1:{client_port}",
-                peer_listen=f"127.0.0.1:{peer_port}",
-                peers={1: f"127.0.0.1:{peer_port}"},
-                metadata_replicas=1,
-                tick_ms=10,
-                rack="r1",
-                groups=settings,
-            )
-        )
-
-    bootstrap = f"127.0.0.1:{client_port}"
-    node = make()
-    await node.start()
+    single = SingleNode(tmp_path, rack="r1", groups=settings)
+    bootstrap = single.bootstrap
+    node = await single.start()
     try:
-        async with Admin(bootstrap) as admin:
-            while TOPIC not in await admin.list_topics():
-                try:
-                    await admin.create_topic(TOPIC, partitions=4, replication_factor=1)
-                except LaminarError:  # the node has not registered itself yet
-                    await asyncio.sleep(0.1)
+        await create_topic(bootstrap, TOPIC, 4)
         epoch, assigned = await heartbeat(bootstrap, "g", "m1", 0, [TOPIC], [])
         assert assigned == {(TOPIC, p) for p in range(4)}
         # the node's rack reaches the assignor (it prefers members in a replica's rack)
@@ -192,8 +162,7 @@ async def test_checkpoints_keep_the_group_partition_small_and_offsets_survive_re
         assert await committed(bootstrap, "g") == want
     finally:
         await node.stop()
-    node = make()  # a restart replays from the checkpoint
-    await node.start()
+    node = await single.start()  # a restart replays from the checkpoint
     try:
         assert await committed(bootstrap, "g") == want
         assert (await describe(bootstrap, "g"))["state"] == "empty"

@@ -5,7 +5,6 @@ written to the partition's own log."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -14,20 +13,14 @@ from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.connection import Connection
 from laminar.client.share_wire import WireAck, ack_errors, ack_runs, share_fetch
 from laminar.errors import LaminarError, ReceiptExpiredError
-from laminar.node.config import NodeConfig
 from laminar.node.node import Node
 from laminar.protocol import read_error
 from laminar.queues.driver import DELIVER_AT_HEADER
 from laminar.segment.batch import decode_records, iter_batches
+from tests.single_node import SingleNode, create_topic
 
 TOPIC = "jobs"
 ACK, RELEASE, REJECT, EXTEND = range(4)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Member:
@@ -77,35 +70,14 @@ class Member:
         return got, [read_error(r.error) for r in out.ackResults]
 
 
-async def start_node(tmp_path: Path, client_port: int, peer_port: int) -> Node:
-    node = Node(
-        NodeConfig(
-            node_id=1,
-            data_dir=tmp_path,
-            listen=f"127.0.0.1:{client_port}",
-            peer_listen=f"127.0.0.1:{peer_port}",
-            peers={1: f"127.0.0.1:{peer_port}"},
-            metadata_replicas=1,
-            tick_ms=10,
-        )
-    )
-    await node.start()
-    return node
-
-
 async def test_a_queue_delivers_settles_redelivers_dead_letters_and_survives_a_restart(
     tmp_path: Path,
 ) -> None:
-    client_port, peer_port = free_port(), free_port()
-    bootstrap = f"127.0.0.1:{client_port}"
-    node = await start_node(tmp_path, client_port, peer_port)
+    single = SingleNode(tmp_path)
+    bootstrap = single.bootstrap
+    node = await single.start()
     try:
-        async with Admin(bootstrap) as admin:
-            while TOPIC not in await admin.list_topics():
-                try:
-                    await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
-                except LaminarError:
-                    await asyncio.sleep(0.1)
+        await create_topic(bootstrap, TOPIC, 1)
         async with Producer(bootstrap) as producer:
             for i in range(10):
                 await producer.send_and_wait(TOPIC, f"v{i}".encode(), partition=0)
@@ -141,7 +113,7 @@ async def test_a_queue_delivers_settles_redelivers_dead_letters_and_survives_a_r
         connection.close()
     finally:
         await node.stop()
-    node = await start_node(tmp_path, client_port, peer_port)  # state comes back from the log
+    node = await single.start()  # state comes back from the log
     try:
         connection = await Connection.open(bootstrap)
         c = Member(connection, "q", "c")
@@ -161,16 +133,11 @@ async def test_a_queue_delivers_settles_redelivers_dead_letters_and_survives_a_r
 
 
 async def test_a_delayed_record_is_not_delivered_before_its_time(tmp_path: Path) -> None:
-    client_port, peer_port = free_port(), free_port()
-    bootstrap = f"127.0.0.1:{client_port}"
-    node = await start_node(tmp_path, client_port, peer_port)
+    single = SingleNode(tmp_path)
+    bootstrap = single.bootstrap
+    node = await single.start()
     try:
-        async with Admin(bootstrap) as admin:
-            while TOPIC not in await admin.list_topics():
-                try:
-                    await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
-                except LaminarError:
-                    await asyncio.sleep(0.1)
+        await create_topic(bootstrap, TOPIC, 1)
         due = int(time.time() * 1000) + 1500
         async with Producer(bootstrap) as producer:
             await producer.send_and_wait(
@@ -190,15 +157,10 @@ async def test_a_delayed_record_is_not_delivered_before_its_time(tmp_path: Path)
 
 
 async def _node_with_records(tmp_path: Path, count: int) -> tuple[Node, str]:
-    client_port, peer_port = free_port(), free_port()
-    bootstrap = f"127.0.0.1:{client_port}"
-    node = await start_node(tmp_path, client_port, peer_port)
-    async with Admin(bootstrap) as admin:
-        while TOPIC not in await admin.list_topics():
-            try:
-                await admin.create_topic(TOPIC, partitions=1, replication_factor=1)
-            except LaminarError:
-                await asyncio.sleep(0.1)
+    single = SingleNode(tmp_path)
+    bootstrap = single.bootstrap
+    node = await single.start()
+    await create_topic(bootstrap, TOPIC, 1)
     async with Producer(bootstrap) as producer:
         for i in range(count):
             await producer.send_and_wait(TOPIC, f"v{i}".encode(), partition=0)

@@ -21,7 +21,7 @@ from laminar.client import (
 )
 from laminar.errors import ReceiptExpiredError
 from laminar.queues import driver
-from tests.share_node import TOPIC, bootstrap
+from tests.single_node import TOPIC, bootstrap
 
 __all__ = ["bootstrap"]  # the fixture
 
