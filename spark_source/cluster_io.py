@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
-import structlog
 import uvloop
 
 from laminar.client import Admin, Cluster, TopicPartition
 from laminar.client.consumer import fetch_partition
+from laminar.client.log import get_logger
 from laminar.errors import (
     CorruptBatchError,
     NotEnoughReplicasError,
@@ -41,7 +41,7 @@ from spark_source.planning import (
     data_loss_message,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 """A single batch larger than the fetch size makes the reader double it, up to this."""

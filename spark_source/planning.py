@@ -10,10 +10,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import structlog
 from pyspark.sql.datasource import InputPartition
 
-log = structlog.get_logger(__name__)
+from laminar.client.log import get_logger
+
+log = get_logger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 Offsets = dict[TopicPartitionKey, int]

@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
-import structlog
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -27,6 +26,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from laminar.client.log import get_logger
 from laminar.errors import LaminarError
 from spark_source.cluster_io import (
     Snapshot,
@@ -47,7 +47,7 @@ from spark_source.planning import (
 )
 from spark_source.schema import arrow_schema, spark_schema
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class LaminarDataSource(DataSource):

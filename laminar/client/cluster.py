@@ -11,14 +11,13 @@ import asyncio
 import random
 from collections.abc import Sequence
 
-import structlog
-
 from laminar.client.connection import Connection
 from laminar.client.descriptions import ClusterMetadata, TopicDescription, metadata_from_reader
+from laminar.client.log import get_logger
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition, parse_bootstrap
 from laminar.errors import LaminarError, UnknownPartitionError, UnknownTopicError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 class Cluster:

@@ -11,8 +11,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import structlog
-
+from laminar.client.log import get_logger
 from laminar.errors import (
     NotCoordinatorError,
     NotEnoughReplicasError,
@@ -34,7 +33,7 @@ from laminar.protocol import (
 from laminar.protocol import read_error as read_wire_error
 from laminar.transport import FramedProtocol, split_address
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BodyFiller = Callable[[Any], None]
 """Fills the Request.body union builder, e.g. ``lambda body: body.init("metadata")``."""

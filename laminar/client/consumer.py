@@ -20,12 +20,11 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
-import structlog
-
 from laminar.client.cluster import Cluster
 from laminar.client.connection import Connection, is_retriable
 from laminar.client.decoding import decode_consumer_records
 from laminar.client.group_member import Callback, CallbackListener, GroupMember, RebalanceListener
+from laminar.client.log import get_logger
 from laminar.client.offsets import list_offsets, target_node
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, ConsumerRecord, FetchedBatches, TopicPartition
@@ -33,7 +32,7 @@ from laminar.errors import LaminarError, NotLeaderError, OffsetOutOfRangeError
 from laminar.protocol import EARLIEST, LATEST, read_error
 from laminar.segment.batch import decode_records, is_control, iter_batches, verify_batch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RESETS = {"earliest": EARLIEST, "latest": LATEST, "none": None}
 RETRY_BACKOFF = 0.1

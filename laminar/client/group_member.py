@@ -20,10 +20,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
 from laminar.client.group_types import OffsetAndMetadata
 from laminar.client.groups import GroupClient, is_retriable_group_error
+from laminar.client.log import get_logger
 from laminar.client.membership import Membership
 from laminar.client.types import TopicPartition
 from laminar.errors import (
@@ -36,7 +35,7 @@ from laminar.errors import (
 if TYPE_CHECKING:
     from laminar.client.consumer import Consumer
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Partitions = set[TopicPartition]
 Callback = Callable[[Partitions], Awaitable[None] | None]

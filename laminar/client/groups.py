@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import crc32c
-import structlog
 
 from laminar.client.cluster import Cluster
 from laminar.client.connection import Connection
@@ -31,6 +30,7 @@ from laminar.client.group_types import (
     heartbeat_from_reader,
     summaries_from_reader,
 )
+from laminar.client.log import get_logger
 from laminar.client.types import TopicPartition
 from laminar.errors import (
     LaminarError,
@@ -40,7 +40,7 @@ from laminar.errors import (
     RequestTimeoutError,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 T = TypeVar("T")

@@ -17,13 +17,12 @@ from collections.abc import Sequence
 from time import time_ns
 from typing import Any
 
-import structlog
-
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
 from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
+from laminar.client.log import get_logger
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.types import (
     DEFAULT_BOOTSTRAP,
@@ -35,7 +34,7 @@ from laminar.client.types import (
 from laminar.errors import CorruptBatchError, LaminarError, NotLeaderError, UnknownPartitionError
 from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _as_bytes(name: str, value: object) -> bytes | None:

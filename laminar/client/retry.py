@@ -10,13 +10,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-import structlog
-
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
+from laminar.client.log import get_logger
 from laminar.errors import LaminarError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

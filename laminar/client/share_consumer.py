@@ -18,11 +18,10 @@ from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
-import structlog
-
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
 from laminar.client.decoding import decode_consumer_records
+from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import RELEASE, ShareMessage
 from laminar.client.share_settle import Settlement, Settler
@@ -32,7 +31,7 @@ from laminar.errors import LaminarError, NotLeaderError
 from laminar.protocol import read_error
 from laminar.segment.batch import is_control, iter_batches, verify_batch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RETRY_BACKOFF = 0.1
 CLOSE_TIMEOUT = 5.0

@@ -22,17 +22,16 @@ from dataclasses import dataclass, field
 from time import time_ns
 from typing import Any
 
-import structlog
-
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
+from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import ACK, EXTEND, ShareMessage
 from laminar.client.share_wire import WireAck, ack_errors, share_fetch
 from laminar.client.types import TopicPartition
 from laminar.errors import LaminarError, NotLeaderError
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 RETRY_BACKOFF = 0.1
 MAX_PER_REQUEST = 10_000
