@@ -31,7 +31,7 @@ from laminar.client import (
     Producer,
     TopicPartition,
 )
-from laminar.client.descriptions import ClusterStatus, TopicDescription
+from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
 from laminar.errors import LaminarError, TopicExistsError
@@ -48,12 +48,8 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 node_app = typer.Typer(help="Run a node.", no_args_is_help=True, rich_markup_mode=None)
-topic_app = typer.Typer(
-    help="Create, list, describe and delete topics.", no_args_is_help=True, rich_markup_mode=None
-)
 cluster_app = typer.Typer(help="Inspect the cluster.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(node_app, name="node")
-app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
 
 Bootstrap = Annotated[
@@ -354,6 +350,21 @@ def node_drain(
     typer.echo(f"node {node_id} is drained" if wait else f"node {node_id} is draining")
 
 
+@node_app.command("undrain")
+def node_undrain(
+    node_id: Annotated[int, typer.Argument(help="The node to take replicas again.")],
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
+
+    async def go() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.undrain_node(node_id)
+
+    run(go)
+    typer.echo(f"node {node_id} takes replicas again")
+
+
 # dev -------------------------------------------------------------------------------------
 @app.command()
 def dev(
@@ -474,111 +485,6 @@ Or from Python:
   asyncio.run(main())
 
 Ctrl-C stops the cluster."""
-
-
-# topics ----------------------------------------------------------------------------------
-@topic_app.command("create")
-def topic_create(
-    name: str,
-    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
-    replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", min=1)] = 3,
-    retention: Annotated[
-        str | None, typer.Option(help="Keep data this long: 7d, 12h, 30m, or 'forever'.")
-    ] = None,
-    retention_bytes: Annotated[
-        str | None, typer.Option(help="Keep at most this much per partition: 1g, 512MiB.")
-    ] = None,
-    segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
-    segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
-    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
-) -> None:
-    """Create a topic."""
-
-    async def go() -> TopicDescription:
-        options = {
-            "retention_ms": parse_retention(retention) if retention else None,
-            "retention_bytes": parse_size(retention_bytes) if retention_bytes else None,
-            "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
-            "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
-        }
-        async with Admin(bootstrap) as admin:
-            return await admin.create_topic(name, partitions, replication_factor, **options)
-
-    description = run(go)
-    typer.echo(
-        f"created topic {description.name} ({len(description.partitions)} partitions, "
-        f"replication factor {description.replication_factor})"
-    )
-
-
-@topic_app.command("list")
-def topic_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """List topics with their partition count and replication factor."""
-
-    async def go() -> list[TopicDescription]:
-        async with Admin(bootstrap) as admin:
-            names = await admin.list_topics()
-            return [admin.cluster.topic(name) for name in names]
-
-    topics = run(go)
-    if not topics:
-        typer.echo("no topics")
-        return
-    rows = [["TOPIC", "PARTITIONS", "REPLICATION"]]
-    rows += [[t.name, str(len(t.partitions)), str(t.replication_factor)] for t in topics]
-    typer.echo(render_table(rows))
-
-
-@topic_app.command("describe")
-def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """Show a topic's settings and where its partitions live."""
-
-    async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
-        async with Admin(bootstrap) as admin:
-            description = await admin.describe_topic(name)
-            tps = [TopicPartition(name, p.partition) for p in description.partitions]
-            return (
-                description,
-                await admin.list_offsets(tps, EARLIEST),
-                await admin.list_offsets(tps, LATEST),
-            )
-
-    description, starts, ends = run(go)
-    typer.echo(f"topic {description.name} (id {description.topic_id})")
-    typer.echo(f"  partitions:         {len(description.partitions)}")
-    typer.echo(f"  replication factor: {description.replication_factor}")
-    typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
-    if description.retention_bytes:
-        typer.echo(f"  retention bytes:    {format_size(description.retention_bytes)}")
-    if description.segment_bytes:
-        typer.echo(f"  segment bytes:      {format_size(description.segment_bytes)}")
-    if description.segment_ms:
-        typer.echo(f"  segment age:        {format_duration(description.segment_ms)}")
-    rows = [["PARTITION", "LEADER", "REPLICAS", "START", "END"]]
-    for p in description.partitions:
-        tp = TopicPartition(name, p.partition)
-        rows.append(
-            [
-                str(p.partition),
-                str(p.leader) if p.leader else "none",
-                ",".join(map(str, p.replicas)),
-                str(starts.get(tp, "?")),
-                str(ends.get(tp, "?")),
-            ]
-        )
-    typer.echo(render_table(rows))
-
-
-@topic_app.command("delete")
-def topic_delete(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """Delete a topic and all its data."""
-
-    async def go() -> None:
-        async with Admin(bootstrap) as admin:
-            await admin.delete_topic(name)
-
-    run(go)
-    typer.echo(f"deleted topic {name}")
 
 
 def format_duration(ms: int) -> str:
@@ -1008,6 +914,8 @@ def main() -> None:
 
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
+from laminar.cli_topic import topic_app  # noqa: E402 - needs the helpers above
 
+app.add_typer(topic_app, name="topic")
 app.add_typer(group_app, name="group")
 app.add_typer(queue_app, name="queue")

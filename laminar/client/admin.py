@@ -136,6 +136,47 @@ class Admin:
         await self._call(fill)
         await self.cluster.refresh_metadata()
 
+    async def add_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions). Keys hash over the
+        new count from then on; records already written stay where they are."""
+
+        def fill(body: Any) -> None:
+            request = body.init("addPartitions")
+            request.name = name
+            request.total = total
+
+        reply = await self._call(fill)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_bytes: int | None = None,
+        segment_ms: int | None = None,
+    ) -> TopicDescription:
+        """Change log settings at run time; None keeps a setting, -1 removes a retention
+        limit. Every replica applies the change when the metadata command commits."""
+
+        def fill(body: Any) -> None:
+            request = body.init("alterTopic")
+            request.name = name
+            for field, value in (
+                ("retentionMs", retention_ms),
+                ("retentionBytes", retention_bytes),
+                ("segmentBytes", segment_bytes),
+                ("segmentMs", segment_ms),
+            ):
+                if value is not None:
+                    setattr(request, field, value)
+
+        reply = await self._call(fill)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
     async def list_topics(self) -> list[str]:
         metadata = await self.cluster.refresh_metadata()
         return sorted(metadata.topics)
@@ -160,6 +201,14 @@ class Admin:
 
         def fill(body: Any) -> None:
             body.drainNode = node_id
+
+        await self._call(fill)
+
+    async def undrain_node(self, node_id: int) -> None:
+        """Undo ``drain_node``: the node takes replicas again as the rebalancer evens out."""
+
+        def fill(body: Any) -> None:
+            body.undrainNode = node_id
 
         await self._call(fill)
 

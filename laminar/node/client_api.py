@@ -9,7 +9,6 @@ error reply.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,6 +27,7 @@ from laminar.errors import (
 from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
+from laminar.node import admin_wire
 from laminar.node.metadata import Topic
 from laminar.node.replica import Replica, Waiter
 from laminar.node.status import cluster_view, move_stage
@@ -49,7 +49,6 @@ from laminar.protocol import (
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
-from laminar.segment.log import LogConfig
 from laminar.transport import FramedProtocol, split_address
 
 if TYPE_CHECKING:
@@ -72,6 +71,7 @@ class ClientServer:
         self._handlers = {
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
+            **admin_wire.handlers(node.topic_admin, self._fill_topic),
         }
 
     async def start(self) -> None:
@@ -179,52 +179,6 @@ class ClientServer:
         if replica is not None and replica.raft.leader_id:
             return replica.raft.leader_id  # fresher than the metadata record
         return recorded
-
-    async def _on_createTopic(self, spec: Any, response: Any, _payload: memoryview) -> None:
-        if is_internal(spec.name):
-            raise InvalidRequestError("topic names starting with '__' are the cluster's own")
-        if spec.partitions < 1:
-            raise InvalidRequestError("a topic needs at least one partition")
-        if spec.replicationFactor < 1:
-            raise InvalidRequestError("replication factor must be at least 1")
-        settings = self.node.settings_for(
-            {
-                "partitions": spec.partitions,
-                "replication_factor": spec.replicationFactor,
-                "segment_bytes": spec.segmentBytes,
-                "segment_ms": spec.segmentMs,
-                "retention_ms": spec.retentionMs,
-                "retention_bytes": spec.retentionBytes,
-            }
-        )
-        try:  # what every replica's log will be opened with: refuse now what it would refuse
-            LogConfig(
-                segment_bytes=settings.segment_bytes,
-                segment_ms=settings.segment_ms,
-                retention_ms=settings.retention_ms,
-                retention_bytes=settings.retention_bytes,
-                max_batch_bytes=self.node.config.max_batch_bytes,
-            )
-        except ValueError as exc:
-            raise InvalidRequestError(f"invalid topic settings: {exc}") from None
-        command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
-        await self.node.metadata_service.propose(command)
-        topic = self.node.state.topics.get(spec.name)
-        if topic is None:  # a delete committed right behind the create
-            raise UnknownTopicError(f"topic {spec.name!r} was deleted as it was created")
-        self._fill_topic(response.body.init("topic"), topic)
-
-    async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
-        if name not in self.node.state.topics:
-            raise UnknownTopicError(f"unknown topic {name!r}")
-        if is_internal(name):
-            raise InvalidRequestError(f"{name} is the cluster's own topic; it cannot be deleted")
-        await self.node.metadata_service.propose({"op": "delete_topic", "name": name})
-        response.body.none = None
-
-    async def _on_drainNode(self, node_id: int, response: Any, _payload: memoryview) -> None:
-        await self.node.metadata_service.propose({"op": "drain_node", "node_id": node_id})
-        response.body.none = None
 
     # produce ---------------------------------------------------------------------------------
     async def _on_produce(self, body: Any, response: Any, payload: memoryview) -> None:

@@ -42,6 +42,10 @@ class TopicSettings:
     retention_bytes: int | None
 
 
+ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
+"""The topic settings ``alter_topic`` may change at run time (all are per-log settings)."""
+
+
 @dataclass(slots=True)
 class PartitionAssignment:
     replicas: list[int]
@@ -163,11 +167,18 @@ class MetadataState:
                 return None
             del self.recovering[key]
             return recovery
-        if op == "drain_node":
+        if op in ("drain_node", "undrain_node"):
             if command["node_id"] not in self.nodes:
                 raise InvalidRequestError(f"node {command['node_id']} is not a cluster member")
-            self.draining.add(command["node_id"])
+            if op == "drain_node":
+                self.draining.add(command["node_id"])
+            else:
+                self.draining.discard(command["node_id"])
             return command["node_id"]
+        if op == "add_partitions":
+            return self._add_partitions(command)
+        if op == "alter_topic":
+            return self._alter_topic(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _replica_lost(self, command: dict[str, Any]) -> Recovery | None:
@@ -230,6 +241,36 @@ class MetadataState:
         self.topics[name] = topic
         return topic
 
+    def _add_partitions(self, command: dict[str, Any]) -> Topic:
+        """Grow a topic to ``len(replicas)`` partitions more; existing ones are untouched, so
+        (as in Kafka) keys hash to other partitions from then on."""
+        topic = self._topic(command["name"])
+        if command["from"] != len(topic.partitions):
+            # Placed for another partition count (a concurrent add committed first).
+            raise InvalidRequestError(
+                f"topic {topic.name!r} has {len(topic.partitions)} partitions now; try again"
+            )
+        topic.partitions.extend(PartitionAssignment(list(r)) for r in command["replicas"])
+        topic.settings.partitions = len(topic.partitions)
+        return topic
+
+    def _alter_topic(self, command: dict[str, Any]) -> Topic:
+        """Change a topic's log settings; each replica applies them to its log at once."""
+        topic = self._topic(command["name"])
+        changes = command["settings"]
+        unknown = set(changes) - set(ALTERABLE_SETTINGS)
+        if unknown:
+            raise InvalidRequestError(f"cannot alter {', '.join(sorted(unknown))}")
+        for name, value in changes.items():
+            setattr(topic.settings, name, value)
+        return topic
+
+    def _topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return topic
+
     def topic_by_id(self, topic_id: int) -> Topic | None:
         for topic in self.topics.values():
             if topic.topic_id == topic_id:
@@ -255,12 +296,16 @@ def validate_topic_name(name: str) -> None:
 
 
 def place_replicas(
-    partitions: int, replication_factor: int, live_nodes: list[int], load: dict[int, int]
+    partitions: int,
+    replication_factor: int,
+    live_nodes: list[int],
+    load: dict[int, int],
+    first: int = 0,
 ) -> list[list[int]]:
     """Spread replicas evenly: each replica goes to the live node with the fewest so far.
 
-    Ties break by node id, rotated per partition so that first replicas (preferred leaders)
-    spread too.
+    Ties break by node id, rotated per partition (numbered from ``first``) so that first
+    replicas (preferred leaders) spread too.
     """
     if partitions < 1 or partitions >= MAX_PARTITIONS:
         raise InvalidRequestError(f"partitions must be between 1 and {MAX_PARTITIONS - 1}")
@@ -274,7 +319,7 @@ def place_replicas(
     counts = {node: load.get(node, 0) for node in live_nodes}
     nodes = sorted(live_nodes)
     placement: list[list[int]] = []
-    for partition in range(partitions):
+    for partition in range(first, first + partitions):
         rotation = nodes[partition % len(nodes) :] + nodes[: partition % len(nodes)]
         order = {node: i for i, node in enumerate(rotation)}
         chosen: list[int] = []

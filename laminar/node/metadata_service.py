@@ -22,8 +22,10 @@ from laminar.errors import (
     NotLeaderError,
     ProtocolError,
     RequestTimeoutError,
+    UnknownTopicError,
 )
 from laminar.node.metadata import (
+    MAX_PARTITIONS,
     METADATA_GROUP,
     TopicSettings,
     decode_command,
@@ -153,8 +155,10 @@ class MetadataService:
             assert self.node.metadata is not None
             conf = self.node.metadata.raft.conf
             return {**command, "voter": command["node"] not in conf.learners}
-        if command.get("op") != "create_topic" or "replicas" in command:
+        if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
             return command
+        if command["op"] == "add_partitions":
+            return self._place_added_partitions(command)
         validate_topic_name(command["name"])
         settings = TopicSettings(**command["settings"])
         replicas = place_replicas(
@@ -164,6 +168,27 @@ class MetadataService:
             self.node.state.replica_counts(),
         )
         return {**command, "replicas": replicas}
+
+    def _place_added_partitions(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Place the replicas of the partitions a topic grows by, like a new topic's."""
+        topic = self.node.state.topics.get(command["name"])
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {command['name']!r}")
+        current, total = len(topic.partitions), command["total"]
+        if total <= current:
+            raise InvalidRequestError(
+                f"topic {topic.name!r} has {current} partitions; partitions can only be added"
+            )
+        if total >= MAX_PARTITIONS:
+            raise InvalidRequestError(f"a topic has at most {MAX_PARTITIONS - 1} partitions")
+        replicas = place_replicas(
+            total - current,
+            topic.settings.replication_factor,
+            self.node.live_nodes(),
+            self.node.state.replica_counts(),
+            first=current,
+        )
+        return {**command, "from": current, "replicas": replicas}
 
     async def wait_applied(self, index: int, timeout: float) -> None:
         if self.applied >= index:

@@ -39,6 +39,7 @@ from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
+from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, RaftConfig
@@ -110,6 +111,9 @@ class Node:
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
+        )
+        self.topic_admin = TopicAdmin(
+            service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
@@ -269,12 +273,17 @@ class Node:
 
     def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
-        if op in ("create_topic", "delete_topic", "register_node", "finish_move"):
+        if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
-        if op == "create_topic" and isinstance(result, Topic):
-            for partition, assignment in enumerate(result.partitions):
-                if self.node_id in assignment.replicas:
+        if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
+            for partition in range(command.get("from", 0), len(result.partitions)):
+                if self.node_id in result.partitions[partition].replicas:
                     self._open_partition(result, partition, index)
+        elif op == "alter_topic" and isinstance(result, Topic):
+            for partition in range(len(result.partitions)):
+                replica = self.runtime.replicas.get(group_id(result.topic_id, partition))
+                if replica is not None:
+                    replica.log.config = self._log_config(result.settings)
         elif op == "delete_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.remove(group_id(result.topic_id, partition))
@@ -326,13 +335,7 @@ class Node:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
             conf = ConfState(voters=tuple(replicas), learners=(self.node_id,))
-        log_config = LogConfig(
-            segment_bytes=settings.segment_bytes,
-            segment_ms=settings.segment_ms,
-            retention_ms=settings.retention_ms,
-            retention_bytes=settings.retention_bytes,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
+        log_config = self._log_config(settings)
         opener = functools.partial(
             Replica.open,
             group,
@@ -361,6 +364,9 @@ class Node:
         ):
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
+
+    def _log_config(self, settings: TopicSettings) -> LogConfig:
+        return log_config(settings, self.config.max_batch_bytes)
 
     def _leader_changed(self, replica: Replica) -> None:
         if replica.topic == INTERNAL_TOPIC:

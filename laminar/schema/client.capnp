@@ -42,6 +42,9 @@ struct Request {
     # Share groups (queues): sent to the leader of each partition, like fetch.
     shareFetch @17 :ShareFetchRequest;
     describeQueue @18 :DescribeQueueRequest;
+    addPartitions @19 :AddPartitionsRequest;
+    alterTopic @20 :AlterTopicRequest;
+    undrainNode @21 :UInt32;  # a drained node takes replicas again
   }
 }
 
@@ -77,6 +80,21 @@ struct TopicSpec {
   segmentMs @4 :Int64;        # 0: node default
   retentionMs @5 :Int64;      # 0: node default, -1: keep forever
   retentionBytes @6 :Int64;   # 0: no size limit
+}
+
+struct AddPartitionsRequest {
+  # Grow a topic; existing partitions keep their data, keys hash over the new count.
+  name @0 :Text;
+  total @1 :UInt32;           # the partition count afterwards
+}
+
+struct AlterTopicRequest {
+  # Change a topic's log settings at run time; -2 keeps a setting as it is.
+  name @0 :Text;
+  segmentBytes @1 :Int64 = -2;
+  segmentMs @2 :Int64 = -2;
+  retentionMs @3 :Int64 = -2;     # -1: keep forever
+  retentionBytes @4 :Int64 = -2;  # -1: no size limit
 }
 
 struct Broker {
