@@ -256,6 +256,14 @@ def node_start(
     max_concurrent_moves: Annotated[
         int, typer.Option(help="Replica moves the cluster runs at once.", min=1)
     ] = 2,
+    shutdown_handoff: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a stopping node (SIGTERM) spends handing its leaderships to other "
+            "nodes first; 0 stops at once.",
+            min=0,
+        ),
+    ] = 5.0,
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -300,6 +308,7 @@ def node_start(
             log_level=log_level.lower(),
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
+            shutdown_handoff_ms=int(shutdown_handoff * 1000),
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             groups=GroupSettings(

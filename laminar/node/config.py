@@ -38,6 +38,8 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
+    shutdown_handoff_ms: int = 5_000
+    """How long a stopping node spends handing its leaderships over (0: stop at once)."""
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)

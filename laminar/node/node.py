@@ -24,6 +24,7 @@ from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
+from laminar.node.handoff import hand_off_leadership
 from laminar.node.metadata import (
     METADATA_GROUP,
     MetadataState,
@@ -174,6 +175,35 @@ class Node:
             self.peers.add_peer(node_id, address)
         host, port = split_address(self.config.peer_listen)
         await self.swim.start(host, port)
+
+    async def shutdown(self) -> None:
+        """Stop gracefully: leave the gossip (so no peer hands leadership back), give away
+        every leadership (``handoff.py``), then stop."""
+        timeout = self.config.shutdown_handoff_ms / 1000
+        if timeout > 0 and self.metadata is not None:
+            await self.swim.leave(linger_seconds=0)
+            await hand_off_leadership(
+                self.node_id,
+                lambda: list(self.runtime.replicas.values()),
+                self.placement.live,
+                self._leader_on_record,
+                self.runtime.wake,
+                timeout,
+            )
+        await self.stop()
+
+    def _leader_on_record(self, replica: Replica) -> int:
+        """The leader the metadata names for ``replica``'s partition, while a live metadata
+        leader can still change that record (else 0)."""
+        topic = self.state.topics.get(replica.topic)
+        if replica.group == METADATA_GROUP or topic is None or self.metadata is None:
+            return 0
+        recorder = self.metadata.raft.leader_id
+        if recorder not in self.placement.live():  # includes this node, never 0
+            return 0
+        if replica.partition >= len(topic.partitions):
+            return 0
+        return topic.partitions[replica.partition].leader
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:

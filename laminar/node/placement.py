@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from laminar.errors import LaminarError
-from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent
+from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent, MemberState
 from laminar.node.metadata import METADATA_GROUP, Recovery, group_id
 from laminar.node.rebalance import (
     Move,
@@ -69,8 +69,13 @@ class Placement:
 
     def live(self) -> set[int]:
         node = self.node
-        alive = {m.node_id for m in node.swim.members if m.state in LIVE_STATES}
-        connected = set(node.peers.connected_peers())  # gossip may not have converged yet
+        alive, left = set(), set()
+        for member in node.swim.members:
+            if member.state in LIVE_STATES:
+                alive.add(member.node_id)
+            elif member.state is MemberState.LEFT:
+                left.add(member.node_id)  # stopping: still connected, handing leadership off
+        connected = set(node.peers.connected_peers()) - left  # gossip may not have converged
         return (alive | connected | {node.node_id}) & set(node.state.nodes)
 
     def gone(self) -> set[int]:
