@@ -264,6 +264,14 @@ def node_start(
             min=0,
         ),
     ] = 5.0,
+    reap_after: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a node may be down before it is forgotten (once it holds no "
+            "replica); 0 never.",
+            min=0,
+        ),
+    ] = 86400.0,
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -309,6 +317,7 @@ def node_start(
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
             shutdown_handoff_ms=int(shutdown_handoff * 1000),
+            reap_after_ms=int(reap_after * 1000),
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             groups=GroupSettings(

@@ -139,3 +139,24 @@ def test_undrain_takes_back_a_drain() -> None:
 def test_placement_of_added_partitions_continues_the_leader_rotation() -> None:
     placed = place_replicas(3, 1, [1, 2, 3], {}, first=1)
     assert [r[0] for r in placed] == [2, 3, 1]
+
+
+def test_forget_node_only_once_it_holds_no_replica() -> None:
+    state = MetadataState()
+    for node_id in (1, 2, 3):
+        state.apply(
+            {
+                "op": "register_node",
+                "node_id": node_id,
+                "client_address": f"h:{node_id}",
+                "peer_address": f"h:{node_id + 100}",
+            }
+        )
+    create(state, "t")  # replicas on nodes 1 and 2
+    with pytest.raises(InvalidRequestError, match="still holds"):
+        state.apply({"op": "forget_node", "node_id": 2})
+    state.apply({"op": "drain_node", "node_id": 3})
+    assert state.apply({"op": "forget_node", "node_id": 3}) == 3
+    assert sorted(state.nodes) == [1, 2] and not state.draining
+    with pytest.raises(InvalidRequestError):
+        state.apply({"op": "forget_node", "node_id": 3})

@@ -39,6 +39,9 @@ class NodeConfig:
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
     shutdown_handoff_ms: int = 5_000
+    reap_after_ms: int = DAY_MS
+    """A node down this long is dropped from the gossip, and from the cluster once it holds
+    no replica (``--reap-after``; 0 keeps it forever)."""
     """How long a stopping node spends handing its leaderships over (0: stop at once)."""
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""

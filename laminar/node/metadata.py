@@ -175,6 +175,8 @@ class MetadataState:
             else:
                 self.draining.discard(command["node_id"])
             return command["node_id"]
+        if op == "forget_node":
+            return self._forget_node(command["node_id"])
         if op == "add_partitions":
             return self._add_partitions(command)
         if op == "alter_topic":
@@ -264,6 +266,25 @@ class MetadataState:
         for name, value in changes.items():
             setattr(topic.settings, name, value)
         return topic
+
+    def _forget_node(self, node_id: int) -> int:
+        """Drop a node the gossip reaped (down for a day) that holds no replica any more, so it
+        leaves ``cluster status``; if it ever comes back it registers afresh."""
+        if node_id not in self.nodes:
+            raise InvalidRequestError(f"node {node_id} is not a cluster member")
+        holding = [
+            f"{topic.name}/{index}"
+            for topic in self.topics.values()
+            for index, a in enumerate(topic.partitions)
+            if node_id in a.replicas or node_id == a.adding
+        ]
+        if holding:
+            raise InvalidRequestError(f"node {node_id} still holds replicas of {holding[:3]}")
+        del self.nodes[node_id]
+        self.draining.discard(node_id)
+        for key in [k for k in self.recovering if k[1] == node_id]:
+            del self.recovering[key]
+        return node_id
 
     def _topic(self, name: str) -> Topic:
         topic = self.topics.get(name)

@@ -19,7 +19,8 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.groups.service import INTERNAL_TOPIC, GroupService
-from laminar.membership.driver import SwimDriver
+from laminar.membership.driver import TICK_SECONDS, SwimDriver
+from laminar.membership.swim import SwimConfig
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
@@ -94,6 +95,7 @@ class Node:
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.advertise_peer, "client": config.listen},
+            config=SwimConfig(reap_after_ticks=round(config.reap_after_ms / 1000 / TICK_SECONDS)),
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
         )
@@ -272,6 +274,8 @@ class Node:
         self.client_addresses[peer] = client_address
         log.info("peer connected", peer=peer, address=peer_address)
         self.runtime.node_up(peer)
+        if self.swim.member(peer) is None:  # reaped by the gossip, yet reachable again
+            self.swim.rejoin(peer_address)
 
     async def _liveness_loop(self) -> None:
         while True:
@@ -321,6 +325,8 @@ class Node:
                     self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
+        elif op == "forget_node" and result != self.node_id:
+            self.peers.remove_peer(result)
         elif op in ("register_node", "replica_recovered"):
             self.readmission.applied(command)
         elif op == "start_move" and result is not None and result.adding == self.node_id:

@@ -43,6 +43,9 @@ class Placement:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._dead_since: dict[int, float] = {}
+        self._reaped: set[int] = set()
+        """Nodes the gossip forgot (down for ``--reap-after``): the metadata leader forgets
+        them too once they hold no replica."""
         self._last_transfer: dict[int, float] = {}
         self._proposing: set[tuple[tuple[str, int | str], ...]] = set()
         self._out_of_voters: set[tuple[int, int, str, int]] = set()
@@ -57,6 +60,8 @@ class Placement:
         if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self._dead_since.setdefault(member.node_id, time.monotonic())
             node.runtime.node_down(member.node_id)
+        elif event.kind is EventKind.REAPED:
+            self._reaped.add(member.node_id)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
             self._dead_since.pop(member.node_id, None)
             if event.kind is EventKind.ALIVE:
@@ -90,6 +95,7 @@ class Placement:
         live, gone = self.live(), self.gone()
         if node.metadata.is_leader:
             self._admit_metadata_learners()
+            self._forget_reaped()
             for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
@@ -184,6 +190,29 @@ class Placement:
                 except LaminarError:
                     pass
                 return  # one change at a time
+
+    def _forget_reaped(self) -> None:
+        """Forget reaped nodes holding no replica, and drop forgotten nodes' metadata
+        learners (one membership change at a time). A reaped metadata voter stays: voters
+        change only by hand."""
+        node = self.node
+        assert node.metadata is not None
+        raft = node.metadata.raft
+        for node_id in sorted(self._reaped):
+            if node_id not in node.state.nodes:
+                self._reaped.discard(node_id)
+                self._dead_since.pop(node_id, None)
+            elif node_id not in raft.conf.voters and not node.state.replica_counts().get(node_id):
+                self._propose({"op": "forget_node", "node_id": node_id})
+        for learner in raft.conf.learners:
+            if learner not in node.state.nodes:
+                try:
+                    raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, learner))
+                    node.runtime.wake(node.metadata)
+                    log.info("metadata learner of a forgotten node removed", node=learner)
+                except LaminarError:
+                    pass
+                return
 
     def _propose(self, command: dict[str, int | str]) -> None:
         key = tuple(sorted(command.items()))
