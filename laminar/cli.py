@@ -272,6 +272,13 @@ def node_start(
             min=0,
         ),
     ] = 86400.0,
+    min_free_bytes: Annotated[
+        str,
+        typer.Option(
+            help="Free space the data directory keeps: below it the node refuses new data "
+            "(DiskFullError) until space is freed."
+        ),
+    ] = "256MiB",
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -304,6 +311,10 @@ def node_start(
     if peers and join:
         fail("give either --peers (a new cluster) or --join (an existing one), not both")
     try:
+        min_free = 0 if min_free_bytes.strip() == "0" else parse_size(min_free_bytes)
+    except UserError as exc:
+        fail(str(exc))
+    try:
         config = NodeConfig(
             node_id=node_id,
             data_dir=data_dir,
@@ -318,6 +329,7 @@ def node_start(
             max_concurrent_moves=max_concurrent_moves,
             shutdown_handoff_ms=int(shutdown_handoff * 1000),
             reap_after_ms=int(reap_after * 1000),
+            min_free_bytes=min_free,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             groups=GroupSettings(

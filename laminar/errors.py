@@ -92,6 +92,13 @@ class ProtocolError(LaminarError):
     code = 13
 
 
+class DiskFullError(LaminarError):
+    """The node's data directory is (nearly) out of space (``--min-free-bytes``): the write was
+    not stored. Writes resume by themselves once space is freed."""
+
+    code = 14
+
+
 # Consumer groups (laminar/groups): codes 20-29.
 
 
@@ -165,6 +172,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         CorruptLogError,
         NotEnoughReplicasError,
         ProtocolError,
+        DiskFullError,
         UnknownMemberIdError,
         FencedMemberEpochError,
         StaleMemberEpochError,

@@ -196,6 +196,7 @@ class ClientServer:
                 if is_internal(ref.topic):
                     raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
                 replica = self._leader_replica(ref.topic, ref.partition)
+                self.node.disk.refuse_when_full(ref.payloadLength)
                 end = ref.payloadOffset + ref.payloadLength
                 if end > len(payload):
                     raise InvalidRequestError("batch reference runs past the frame payload")

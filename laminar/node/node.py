@@ -25,6 +25,7 @@ from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
+from laminar.node.disk import DiskSpace
 from laminar.node.handoff import hand_off_leadership
 from laminar.node.metadata import (
     METADATA_GROUP,
@@ -44,7 +45,7 @@ from laminar.node.status import local_status
 from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
-from laminar.raft import ConfState, RaftConfig
+from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
@@ -118,12 +119,14 @@ class Node:
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
+        self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
         self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.disk.check()
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
             await self._start_network()
@@ -161,6 +164,7 @@ class Node:
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
+            asyncio.create_task(self.disk.watch(), name="disk-space"),
         ]
         self.spawn(self._register())
         log.info(
@@ -259,11 +263,17 @@ class Node:
     def _raft_received(self, peer: int, messages: list[tuple[int, Any]]) -> None:
         step = self.runtime.step
         amnesia = self.amnesia if self.amnesia.filtering else None
+        disk = self.disk
         for group, message in messages:
             if (
                 message.to == self.node_id
                 and message.frm == peer
                 and (amnesia is None or amnesia.admits(group, message))
+                and (
+                    group == METADATA_GROUP
+                    or not (size := _log_bytes(message))
+                    or disk.accepting(size)
+                )
             ):
                 step(group, message)
 
@@ -474,3 +484,12 @@ class Node:
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:
         return local_status(self)
+
+
+def _log_bytes(message: Any) -> int:
+    """Bytes a Raft message would make this follower write (entries, or a reset); while the
+    disk is full such messages are ignored, unacknowledged, so the leader retries them later
+    as it does lost ones."""
+    if message.type == MessageType.APPEND:
+        return sum(len(entry.data) for entry in message.entries)
+    return 1 if message.type == MessageType.RESET else 0
