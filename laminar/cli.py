@@ -279,6 +279,14 @@ def node_start(
             "(DiskFullError) until space is freed."
         ),
     ] = "256MiB",
+    max_requests_per_connection: Annotated[
+        int,
+        typer.Option(
+            help="Requests one client connection may have in service; beyond, the node reads "
+            "no more from it until some are answered (its replies, too, must be read).",
+            min=1,
+        ),
+    ] = 256,
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -330,6 +338,7 @@ def node_start(
             shutdown_handoff_ms=int(shutdown_handoff * 1000),
             reap_after_ms=int(reap_after * 1000),
             min_free_bytes=min_free,
+            max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             groups=GroupSettings(

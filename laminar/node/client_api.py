@@ -98,15 +98,21 @@ class ClientServer:
             which, body = request_body(request)
             task = asyncio.create_task(self._serve(protocol, request, which, body, payload))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            protocol.request_started()
+            task.add_done_callback(lambda done: self._request_done(protocol, done))
 
         protocol = FramedProtocol(
             on_frame,
             lambda _exc: self._connections.discard(protocol),
             crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD,
+            max_in_flight=self.node.config.max_requests_per_connection,
         )
         self._connections.add(protocol)
         return protocol
+
+    def _request_done(self, connection: FramedProtocol, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        connection.request_done()
 
     async def _serve(
         self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
@@ -120,6 +126,9 @@ class ClientServer:
             # its kernel reset the connection, discarding requests not yet read (as in Kafka)
             no_reply_wanted = which == "produce" and body.acks == ACKS_NONE
             handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
+            # Serve only while the replies are read: a client that stops reading gets no more
+            # work done for it (and no more replies buffered) until it does.
+            await connection.drain()
             out_payload = await handler(body, response, payload) or []
         except LaminarError as exc:
             fill_error(response.error, exc)
