@@ -434,15 +434,18 @@ def decompressed(
     batch: bytes, h: BatchHeader, limit: int = codecs.MAX_DECOMPRESSED_BYTES
 ) -> tuple[bytes, BatchHeader]:
     """The batch with its records inflated, and its header to match: a reader's scratch copy
-    for code that walks records itself (the Spark decoder, a byte search). Its crc field is
-    the compressed batch's, so it is never stored or sent. An uncompressed batch is returned
-    as it is."""
+    for code that walks records itself (the Spark decoder, a byte search). Its header says
+    uncompressed and gives the new length, but its crc is the compressed batch's: such a copy
+    is never stored or sent. An uncompressed batch is returned as it is."""
     codec = h.attributes & ATTR_COMPRESSION_MASK
     if not codec:
         return batch, h
     records = codecs.decompress(codec, memoryview(batch)[HEADER_SIZE : h.batch_length], limit)
-    plain = bytes(batch[:HEADER_SIZE]) + records
-    return plain, h._replace(batch_length=len(plain), attributes=h.attributes & ~codec)
+    head = bytearray(batch[:HEADER_SIZE])
+    length = HEADER_SIZE + len(records)
+    struct.pack_into("<i", head, 16, length)
+    struct.pack_into("<H", head, 26, h.attributes & ~codec)
+    return bytes(head) + records, h._replace(batch_length=length, attributes=h.attributes & ~codec)
 
 
 def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
