@@ -223,7 +223,7 @@ def check_batch(
         or res1
         or f[12]
         or attributes & ~KNOWN_ATTRIBUTES
-        or codec > MAX_CODEC
+        or (codec and (codec > MAX_CODEC or attributes & ATTR_CONTROL))
         or count < 1
         or lod != count - 1
         or count * MIN_RECORD_SIZE > (codecs.MAX_DECOMPRESSED_BYTES if codec else n - HEADER_SIZE)
@@ -251,6 +251,8 @@ def _explain(f: tuple[int, ...], n: int) -> None:
         raise CorruptBatchError(f"compression codec {codec} is not supported")
     if attributes & ~KNOWN_ATTRIBUTES:
         raise CorruptBatchError(f"unknown attribute bits {attributes:#06x}")
+    if codec and attributes & ATTR_CONTROL:
+        raise CorruptBatchError("a control batch is never compressed")
     if count < 1:
         raise CorruptBatchError(f"record_count {count} is not positive")
     if lod != count - 1:
