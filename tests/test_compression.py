@@ -6,6 +6,9 @@ from __future__ import annotations
 import gzip
 import random
 import struct
+import subprocess
+import sys
+from pathlib import Path
 
 import cramjam
 import crc32c
@@ -306,3 +309,16 @@ def test_the_default_limit_refuses_a_bomb_before_inflating_it() -> None:
     assert len(lz4_bomb) < 1 << 20
     with pytest.raises(DecompressionLimitError):
         decode_records(_section_batch(codecs.LZ4, lz4_bomb, plain))
+
+
+def test_librdkafka_reads_laminar_sections_and_laminar_reads_librdkafkas() -> None:
+    """Through librdkafka's mock broker, in a process of its own (tests/librdkafka_interop.py)."""
+    pytest.importorskip("confluent_kafka")
+    pytest.importorskip("aiokafka")
+    script = Path(__file__).with_name("librdkafka_interop.py")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+    )
+    lines = [line for line in done.stdout.splitlines() if "->" in line]
+    assert done.returncode == 0 and len(lines) == 8, done.stdout + done.stderr[-2000:]
+    assert all(line.endswith(": ok") for line in lines)
