@@ -322,3 +322,34 @@ def test_librdkafka_reads_laminar_sections_and_laminar_reads_librdkafkas() -> No
     lines = [line for line in done.stdout.splitlines() if "->" in line]
     assert done.returncode == 0 and len(lines) == 8, done.stdout + done.stderr[-2000:]
     assert all(line.endswith(": ok") for line in lines)
+
+
+def test_a_share_consumer_inflates_a_batch_once_for_its_many_fetches() -> None:
+    from laminar.client.decoding import InflatedBatches
+
+    cache = InflatedBatches(entries=2)
+    batches = [build_batch(records(100, seed=s), compression=codecs.LZ4) for s in range(3)]
+    headers = [read_header(b) for b in batches]
+    first = cache.get("t/0", batches[0], headers[0])
+    assert cache.get("t/0", batches[0], headers[0]) is first
+    assert cache.get("t/1", batches[0], headers[0]) is not first  # another partition
+    cache.get("t/0", batches[1], headers[1])
+    cache.get("t/0", batches[2], headers[2])
+    assert cache.get("t/0", batches[0], headers[0]) is not first  # evicted, inflated again
+    plain = build_batch(records(10))
+    assert cache.get("t/0", plain, read_header(plain))[0] is plain
+
+
+def test_dead_letters_of_a_batch_that_does_not_decode_are_copied_as_placeholders() -> None:
+    from laminar.queues.partition import DeadLetter
+    from laminar.queues.service import DLQ_HEADER, _records_or_placeholders
+
+    plain = build_batch(records(5))
+    batch = _section_batch(codecs.ZSTD, b"\x28\xb5\x2f\xfd" + b"\x00" * 30, plain)
+    letters = {o: DeadLetter(o, 3, "rejected") for o in (1, 3, 99)}
+    copies = _records_or_placeholders(batch, letters)
+    assert [(r.offset, r.key, r.value) for r in copies] == [(1, None, None), (3, None, None)]
+    assert all(r.headers[0][0] == DLQ_HEADER + "error" for r in copies)
+    assert [r.value for r in _records_or_placeholders(plain, letters)] == [
+        r.value for r in decode_records(plain)
+    ]
