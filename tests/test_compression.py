@@ -353,3 +353,17 @@ def test_dead_letters_of_a_batch_that_does_not_decode_are_copied_as_placeholders
     assert [r.value for r in _records_or_placeholders(plain, letters)] == [
         r.value for r in decode_records(plain)
     ]
+
+
+def test_a_frame_claiming_a_huge_content_size_is_refused_before_decoding() -> None:
+    """zstd and lz4 decoders may size their buffers by a frame's declared content size."""
+    plain = build_batch([(None, b"x", (), T)])
+    # zstd: single segment, 8-byte content size of 1 TiB, one raw block of one byte, last.
+    zstd_frame = struct.pack("<IB", 0xFD2FB528, 0xE0) + struct.pack("<Q", 1 << 40)
+    zstd_frame += bytes([0x09, 0x00, 0x00]) + b"x"
+    # lz4: content size 1 TiB, one uncompressed block of one byte, end mark.
+    lz4_frame = struct.pack("<IBB", 0x184D2204, 0x68, 0x40) + struct.pack("<Q", 1 << 40)
+    lz4_frame += b"\x00" + struct.pack("<I", 0x80000001) + b"x" + b"\x00" * 4
+    for codec, section in ((codecs.ZSTD, zstd_frame), (codecs.LZ4, lz4_frame)):
+        with pytest.raises(DecompressionLimitError):
+            decode_records(_section_batch(codec, section, plain))

@@ -128,7 +128,7 @@ def decompress(
         elif codec == SNAPPY:
             out = _unsnappy(memoryview(data), limit)
         elif codec == LZ4:
-            _bounded(_lz4_bound(memoryview(data)), limit, name)
+            _bounded(_lz4_bound(memoryview(data), limit), limit, name)
             out = bytes(cramjam.lz4.decompress(data))
         else:
             _bounded(_zstd_bound(memoryview(data), limit), limit, name)
@@ -195,7 +195,7 @@ def _skippable(view: memoryview, at: int) -> int | None:
     return at + 8 + _LE_U32.unpack_from(view, at + 4)[0]
 
 
-def _lz4_bound(view: memoryview) -> int:
+def _lz4_bound(view: memoryview, limit: int) -> int:
     """The most bytes the LZ4 frames in ``view`` can inflate to, from their block sizes."""
     end = len(view)
     at = 0
@@ -211,6 +211,8 @@ def _lz4_bound(view: memoryview) -> int:
         block_max = _LZ4_BLOCK_MAX.get(descriptor >> 4 & 7)
         if flags >> 6 != 1 or block_max is None:
             raise CorruptBatchError("lz4 frame descriptor is invalid")
+        if flags & 0x08:  # content size: a decoder may size its output by it
+            _bounded(struct.unpack_from("<Q", view, at + 6)[0], limit, "lz4")
         at += 7 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
         block_checksum = 4 if flags & 0x10 else 0
         while True:
@@ -253,7 +255,11 @@ def _zstd_bound(view: memoryview, limit: int) -> int:
             # The decoder allocates the window: one beyond the limit is refused up front.
             _bounded(1 << window_log, max(limit, 8 << 20), "zstd")
         at += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
-        at += (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]  # content size
+        size_bytes = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+        if size_bytes:  # content size: a decoder sizes its buffers by it
+            content = int.from_bytes(view[at : at + size_bytes], "little")
+            _bounded(content + 256 if size_bytes == 2 else content, limit, "zstd")
+        at += size_bytes
         while True:
             if at + 3 > end:
                 raise CorruptBatchError("zstd frame is truncated")
