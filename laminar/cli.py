@@ -34,8 +34,9 @@ from laminar.client import (
 from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
-from laminar.errors import LaminarError, TopicExistsError
+from laminar.errors import LaminarError, TopicExistsError, UnsupportedCompressionError
 from laminar.protocol import ACKS_BY_NAME, EARLIEST, LATEST
+from laminar.segment.compression import codec_of
 
 T = TypeVar("T")
 
@@ -580,6 +581,12 @@ def produce(
     ] = None,
     acks: Annotated[str, typer.Option(help="all, leader or none.")] = "all",
     linger_ms: Annotated[float, typer.Option(help="Batching delay.")] = 5.0,
+    compression: Annotated[
+        str,
+        typer.Option(
+            "--compression", "-z", help="none, gzip, snappy, lz4 or zstd (Kafka's codecs)."
+        ),
+    ] = "none",
     delay: Annotated[
         str | None,
         typer.Option(
@@ -599,6 +606,10 @@ def produce(
         fail("give either --value or --file, not both")
     if acks not in ACKS_BY_NAME:
         fail(f"--acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
+    try:
+        codec_of(compression)
+    except UnsupportedCompressionError as exc:
+        fail(f"--compression: {exc}")
     if file is not None and count is not None:
         fail("--file sends one record; --count does not apply")
     try:
@@ -622,7 +633,16 @@ def produce(
 
     async def go() -> tuple[int, list[Any], float]:
         return await _produce(
-            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms, delay_ms
+            bootstrap,
+            topic,
+            payloads,
+            total,
+            partition,
+            headers,
+            acks,
+            linger_ms,
+            delay_ms,
+            compression,
         )
 
     sent, last, elapsed = run(go)
@@ -674,6 +694,7 @@ async def _produce(
     acks: str,
     linger_ms: float,
     delay_ms: int | None = None,
+    compression: str = "none",
 ) -> tuple[int, list[Any], float]:
     from rich.console import Console
     from rich.progress import Progress
@@ -686,7 +707,9 @@ async def _produce(
     console = Console(stderr=True)
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
-        async with Producer(bootstrap, acks=acks, linger_ms=linger_ms) as producer:
+        async with Producer(
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression
+        ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
                     topic,

@@ -20,7 +20,7 @@ from typing import Any
 
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
-from laminar.client.decoding import decode_consumer_records
+from laminar.client.decoding import InflatedBatches, decode_consumer_records
 from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import RELEASE, ShareMessage
@@ -100,6 +100,7 @@ class ShareConsumer:
         self._closing = False
         self._closed = False
         self._held_mark = 1024
+        self._inflated = InflatedBatches()
         self._joined: set[TopicPartition] = set()  # partitions with a successful share fetch
 
     # lifecycle ---------------------------------------------------------------------------
@@ -401,6 +402,7 @@ class ShareConsumer:
             batch = bytes(data[position : position + header.batch_length])
             if self.check_crcs:
                 verify_batch(batch)
+            batch, header = self._inflated.get(tp, batch, header)
             decode_consumer_records(
                 batch, header, tp.topic, tp.partition, first, records, until_offset=last + 1
             )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from laminar.errors import (
+    CorruptBatchError,
     CorruptLogError,
     InvalidRequestError,
     LaminarError,
@@ -435,13 +436,24 @@ def first_offset_at(replica: Replica, timestamp: int) -> int | None:
     """The first record offset with a timestamp >= ``timestamp`` (Kafka's ListOffsets).
 
     The time index finds the first batch whose newest record reaches the time; the records
-    inside that one batch are then checked, since a batch spans a range of timestamps.
+    inside that one batch are then checked, since a batch spans a range of timestamps (a
+    compressed batch is inflated for that, as Kafka's broker does, unless its first record
+    already qualifies; one that does not inflate answers its base offset, and its readers
+    get the CorruptBatchError).
     """
     found = replica.log.offset_for_timestamp(timestamp)
     if found is None:
         return None
     (batch,) = replica.log.batches(found, found + 1, 1)[:1]
-    for record in record_batch.decode_records(batch):
+    header = record_batch.read_header(batch)
+    if header.first_timestamp >= timestamp:
+        return header.base_offset
+    try:
+        records = record_batch.decode_records(batch)
+    except CorruptBatchError as exc:
+        log.warning("batch does not decode for a time lookup", offset=found, error=str(exc))
+        return found
+    for record in records:
         if record.timestamp >= timestamp:
             return record.offset
     return found

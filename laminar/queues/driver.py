@@ -32,7 +32,13 @@ from typing import Any, NamedTuple
 import structlog
 
 from laminar.durable import Reply
-from laminar.errors import CorruptLogError, LaminarError, NotLeaderError, ReceiptExpiredError
+from laminar.errors import (
+    CorruptBatchError,
+    CorruptLogError,
+    LaminarError,
+    NotLeaderError,
+    ReceiptExpiredError,
+)
 from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica
 from laminar.queues.log_codec import decode_batch, encode_batch
@@ -183,7 +189,11 @@ class PartitionQueues:
         if partition is None or not log_.start_offset <= partition.start < partition.end:
             return 0
         batch = log_.batches(partition.start, partition.start + 1, READ_BYTES)[0]
-        for record in record_batch.decode_records(batch):
+        try:
+            records = record_batch.decode_records(batch)
+        except CorruptBatchError:  # a compressed batch that does not inflate: its first time
+            return max(0, self._now_ms() - record_batch.read_header(batch).first_timestamp)
+        for record in records:
             if record.offset >= partition.start:
                 return max(0, self._now_ms() - record.timestamp)
         return 0
@@ -270,10 +280,10 @@ class PartitionQueues:
                 # is told now; the next scan starts at ``end`` and reads the rest.
                 if record_batch.is_control(header):
                     partition.skip(header.base_offset, min(last + 1, end))
-                elif DELIVER_AT_BYTES in bytes(batch):
-                    # Batches are never compressed: one without the header's name holds no
-                    # delayed record, and its records are not decoded at all.
-                    for record in record_batch.decode_records(batch):
+                elif DELIVER_AT_BYTES in (plain := self._records_of(batch, header)):
+                    # A batch without the header's name holds no delayed record, and its
+                    # records are not decoded at all (a compressed one is inflated to look).
+                    for record in record_batch.decode_records(plain):
                         due = _deliver_at(record.headers)
                         if due > now and start <= record.offset < end:
                             partition.defer(record.offset, record.offset + 1, due)
@@ -282,6 +292,21 @@ class PartitionQueues:
                     break
         partition.end_offset(end)
         self._scanned[group] = max(self._scanned.get(group, 0), end)
+
+    def _records_of(self, batch: memoryview, header: record_batch.BatchHeader) -> bytes:
+        """The batch with its records uncompressed; b"" (no delayed record seen) for one that
+        does not decompress: its readers get the CorruptBatchError, the queue goes on."""
+        try:
+            return record_batch.decompressed(bytes(batch), header)[0]
+        except CorruptBatchError as exc:
+            log.warning(
+                "compressed batch does not decompress; no delivery time read from it",
+                topic=self.replica.topic,
+                partition=self.replica.partition,
+                offset=header.base_offset,
+                error=str(exc),
+            )
+            return b""
 
     async def _new_data(self, seconds: float) -> None:
         waiter = asyncio.get_running_loop().create_future()

@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from laminar.errors import LaminarError, TopicExistsError
+from laminar.errors import CorruptBatchError, LaminarError, TopicExistsError
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.queues.driver import PartitionQueues
@@ -140,7 +140,7 @@ class QueueService:
         by_offset = {letter.offset: letter for letter in letters}
         sends = []
         for batch in driver.read(letters):
-            for record in record_batch.decode_records(batch):
+            for record in _records_or_placeholders(batch, by_offset):
                 letter = by_offset.get(record.offset)
                 if letter is None:
                     continue
@@ -158,3 +158,29 @@ class QueueService:
                     )
                 )
         await asyncio.gather(*sends)
+
+
+def _records_or_placeholders(
+    batch: bytes, by_offset: dict[int, DeadLetter]
+) -> list[record_batch.Record]:
+    """The batch's records; for a (compressed) batch whose records do not decode, one record
+    per dead letter in it with no key, no value and the error as a header, so the letter is
+    still set aside (copying it again could only fail again)."""
+    try:
+        return record_batch.decode_records(batch)
+    except CorruptBatchError as exc:
+        header = record_batch.read_header(batch)
+        log.warning(
+            "dead letters' batch does not decode", offset=header.base_offset, error=str(exc)
+        )
+        return [
+            record_batch.Record(
+                offset,
+                header.first_timestamp,
+                None,
+                None,
+                ((DLQ_HEADER + "error", str(exc).encode()),),
+            )
+            for offset in sorted(by_offset)
+            if header.base_offset <= offset <= header.last_offset
+        ]
