@@ -90,6 +90,25 @@ class MetadataService:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
 
+    def caught_up(self) -> bool:
+        """This node knows a metadata leader and has applied every entry it knows committed.
+        False right after a restart (the log is replayed once a leader is known) and while no
+        leader is known; readers of settings that must not answer from a stale copy wait."""
+        replica = self.node.metadata
+        return (
+            replica is not None
+            and replica.raft.leader_id != 0
+            and self.applied >= replica.raft.commit
+        )
+
+    async def wait_caught_up(self, timeout: float) -> None:
+        """Wait until ``caught_up``; RequestTimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.caught_up():
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError("this node's metadata is not caught up yet")
+            await asyncio.sleep(0.02)
+
     def _forwarder(self) -> int:
         """A connected peer to forward a proposal through when no leader is known."""
         connected = list(self.node.peers.connected_peers())
