@@ -98,7 +98,7 @@ class MetadataService:
         return (
             replica is not None
             and replica.raft.leader_id != 0
-            and self.applied >= replica.raft.commit
+            and replica.applied_through >= replica.raft.commit
         )
 
     async def wait_caught_up(self, timeout: float) -> None:

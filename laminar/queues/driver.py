@@ -11,6 +11,9 @@ group shard's ``ShardDriver`` does):
   a future ``laminar-deliver-at`` header are deferred, and the group learns the partition's
   high watermark as its end. Each record is read once per group (and once more after a
   failover); delayed records then sit in a heap, never in a scan.
+* **Settings.** Each group's ``ShareConfig`` (its lock and delivery limit, stored cluster-wide,
+  ``laminar.queues.config``) is handed to its ``SharePartition`` before every use; loading
+  first waits (boundedly) for this node's copy of the settings to catch up after a restart.
 * **Append.** The records every group wrote in one loop iteration become one control batch,
   proposed to the partition's own Raft group; a request's reply waits until the records it
   depends on are committed (acquisitions too: a delivery a member has seen survives a
