@@ -149,8 +149,9 @@ async def test_a_group_lock_makes_a_held_message_come_back_after_it(bootstrap: s
 
 
 async def test_max_deliveries_and_the_dead_letter_topic_follow_the_group(bootstrap: str) -> None:
-    async with Admin(bootstrap) as admin:
-        await admin.alter_queue_config("strict", max_deliveries=2, dead_letter_topic="poison")
+    admin = Admin(bootstrap)  # kept from before the dead-letter topic exists
+    await admin.start()
+    await admin.alter_queue_config("strict", max_deliveries=2, dead_letter_topic="poison")
     async with ShareConsumer(bootstrap, "strict", TOPIC, from_earliest=True) as consumer:
         await produce(bootstrap, [b"bad", b"good"])
         counts = []
@@ -171,9 +172,11 @@ async def test_max_deliveries_and_the_dead_letter_topic_follow_the_group(bootstr
     assert letter.value == b"bad"
     assert headers["laminar-dlq-reason"] == b"max deliveries"
     assert headers["laminar-dlq-delivery-count"] == b"2"
-    async with Admin(bootstrap) as admin:
+    try:
         description = await admin.describe_queue("strict", TOPIC)
         assert "strict.dlq" not in await admin.list_topics()
+    finally:
+        await admin.close()
     assert (description.dead_letter_topic, description.dead_lettered) == ("poison", 1)
     assert description.config.max_deliveries == 2
     assert set(description.config.overridden) == {"max_deliveries", "dead_letter_topic"}

@@ -77,6 +77,8 @@ async def describe_queue(
     await retrying(cluster, attempt)
     dlq = config.dead_letter_topic
     dead_lettered = 0
+    if dlq not in cluster.metadata.topics:  # created by the first dead letter: maybe since
+        await cluster.refresh_metadata()
     if dlq in cluster.metadata.topics:
         for number in cluster.partitions_for(dlq):
             dead_lettered += await count_records(cluster, TopicPartition(dlq, number))
