@@ -91,15 +91,17 @@ class MetadataService:
                 await asyncio.sleep(0.05)
 
     def caught_up(self) -> bool:
-        """This node knows a metadata leader and has applied every entry it knows committed.
-        False right after a restart (the log is replayed once a leader is known) and while no
-        leader is known; readers of settings that must not answer from a stale copy wait."""
+        """This node knows a metadata leader and has applied every entry it knows committed
+        (as the leader: once it has committed an entry of its own term, which commits all
+        before it). False right after a restart and while no leader is known; readers of
+        settings that must not answer from a stale copy wait."""
         replica = self.node.metadata
-        return (
-            replica is not None
-            and replica.raft.leader_id != 0
-            and replica.applied_through >= replica.raft.commit
-        )
+        if replica is None or replica.raft.leader_id == 0:
+            return False
+        raft = replica.raft
+        if replica.is_leader and not (raft.commit >= 0 and raft.log.term(raft.commit) == raft.term):
+            return False  # a new leader knows its predecessors' entries committed only then
+        return replica.applied_through >= raft.commit
 
     async def wait_caught_up(self, timeout: float) -> None:
         """Wait until ``caught_up``; RequestTimeoutError after ``timeout`` seconds."""
