@@ -234,17 +234,29 @@ async def test_a_whole_cluster_restart_keeps_acks_and_locks(cluster: ClusterHand
 async def test_group_settings_are_applied_by_a_new_leader_after_a_kill(
     cluster: ClusterHandle,
 ) -> None:
-    """Settings stored in the metadata reach every node: after the partition's leader is
-    SIGKILLed, the new leader hands out the group's short lock and dead-letters after the
-    group's two deliveries into the group's topic."""
-    await make_topic(cluster.bootstrap, "settings", 1, 0)
-    async with Producer(cluster.bootstrap, acks="all") as producer:
-        await producer.send_and_wait("settings", b"poison")
+    """Settings stored in the metadata reach every node: after the node leading both the
+    metadata and the partition is SIGKILLed, the new partition leader hands out the group's
+    short lock and dead-letters after the group's two deliveries into the group's topic."""
+    await make_topic(cluster.bootstrap, "settings", 3, 0)
     async with Admin(cluster.bootstrap) as admin:
         await admin.alter_queue_config(
             "settings-g", lock_ms=1000, max_deliveries=2, dead_letter_topic="settings-dead"
         )
-        leader = (await admin.describe_topic("settings")).partitions[0].leader
+        deadline = time.monotonic() + 20
+        while True:  # every partition has a leader (its first replica campaigns at once)
+            status = await admin.cluster_status()
+            leaders = {p.partition: p.leader for p in status.partitions if p.topic == "settings"}
+            if len(leaders) == 3 and all(leaders.values()) and status.metadata_leader:
+                break
+            assert time.monotonic() < deadline, f"no leaders yet: {leaders}"
+            await asyncio.sleep(0.1)
+    # the partition led by the metadata leader, if there is one (leaders spread over nodes)
+    partition = next((p for p, node in leaders.items() if node == status.metadata_leader), 0)
+    leader = leaders[partition]
+    also = "and the metadata" if leader == status.metadata_leader else "(not the metadata)"
+    print(f"killing node {leader}, leader of settings/{partition} {also}")
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_and_wait("settings", b"poison", partition=partition)
     cluster.kill(leader)
     try:
         survivor = next(n for n in cluster.nodes if n != leader)
