@@ -104,12 +104,13 @@ def queue_config(
     if dead_letter_topic is not None:
         changes["dead_letter_topic"] = dead_letter_topic
     for name in reset or []:
-        if name == "all":
-            changes.update(dict.fromkeys(RESETTABLE.values()))
-        elif name in RESETTABLE:
-            changes[RESETTABLE[name]] = None
-        else:
+        if name != "all" and name not in RESETTABLE:
             fail(f"--reset {name}: expected {', '.join(RESETTABLE)} or all")
+        for option, setting in RESETTABLE.items():
+            if name in ("all", option):
+                if changes.get(setting) is not None:
+                    fail(f"--{option} and --reset {name} do not mix")
+                changes[setting] = None
 
     async def go() -> QueueConfig:
         async with Admin(bootstrap) as admin:

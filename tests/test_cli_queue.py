@@ -128,3 +128,5 @@ async def test_queue_config_sets_shows_and_resets_a_groups_settings(bootstrap: s
     assert code == 0 and json.loads(out)["overridden"] == [], err
     code, out, err = await cli(bootstrap, "queue", "config", "c", "--reset", "colour")
     assert code == 1 and "--reset colour" in err
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--lock", "1s", "--reset", "all")
+    assert code == 1 and "--lock and --reset all do not mix" in err
