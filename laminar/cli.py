@@ -782,8 +782,13 @@ def consume(
         ),
     ] = True,
     lock: Annotated[
-        str, typer.Option("--lock", help="With --share-group: the lock of each message.")
-    ] = "30s",
+        str | None,
+        typer.Option(
+            "--lock",
+            help="With --share-group: the lock of each message (default: the group's, "
+            "see `laminar queue config`).",
+        ),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records: up to the current end, or forever with --follow."""
@@ -801,10 +806,10 @@ def consume(
         if position[0] not in ("earliest", "latest"):
             fail("with --share-group, --from is earliest or latest (where the group is new)")
         try:
-            lock_ms = parse_duration_ms(lock)
+            lock_ms = None if lock is None else parse_duration_ms(lock)
         except UserError as exc:
             fail(f"--lock: {exc}")
-        if lock_ms <= 0:
+        if lock_ms is not None and lock_ms <= 0:
             fail("--lock must be positive")
     if group is not None:
         if position[0] not in ("earliest", "latest"):

@@ -166,6 +166,12 @@ class ReceiptExpiredError(LaminarError):
     code = 30
 
 
+class InvalidConfigError(InvalidRequestError):
+    """A share group setting is unknown or out of its range; nothing was changed."""
+
+    code = 31
+
+
 ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
     cls.code: cls
     for cls in (
@@ -191,5 +197,6 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         InvalidOffsetError,
         PartitionNotOwnedError,
         ReceiptExpiredError,
+        InvalidConfigError,
     )
 }

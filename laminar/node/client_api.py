@@ -47,6 +47,7 @@ from laminar.protocol import (
     fill_error,
     request_body,
 )
+from laminar.queues import config_wire as queue_config_wire
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
@@ -73,6 +74,9 @@ class ClientServer:
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
             **admin_wire.handlers(node.topic_admin, self._fill_topic),
+            **queue_config_wire.handlers(
+                node.queues, node.metadata_service.propose, node.metadata_service.wait_caught_up
+            ),
         }
 
     async def start(self) -> None:

@@ -112,6 +112,8 @@ class Node:
         )
         self.queues = QueueService(
             ShareConfig(),
+            lambda: self.state.queue_configs,
+            self.metadata_service.wait_caught_up,
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
