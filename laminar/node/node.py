@@ -51,6 +51,9 @@ from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
 
+OPEN_AT_ONCE = 64
+"""Replicas opened in one event-loop iteration when a topic is created or grown."""
+
 
 class Node:
     def __init__(self, config: NodeConfig) -> None:
@@ -322,9 +325,16 @@ class Node:
         if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
         if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
-            for partition in range(command.get("from", 0), len(result.partitions)):
-                if self.node_id in result.partitions[partition].replicas:
+            hosted = [
+                partition
+                for partition in range(command.get("from", 0), len(result.partitions))
+                if self.node_id in result.partitions[partition].replicas
+            ]
+            if len(hosted) <= OPEN_AT_ONCE:
+                for partition in hosted:
                     self._open_partition(result, partition, index)
+            else:
+                self.spawn(self._open_partitions(result, hosted, index))
         elif op == "alter_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.replicas.get(group_id(result.topic_id, partition))
@@ -355,6 +365,16 @@ class Node:
                 if replica is not None:
                     log.info("replica moved away", topic=topic.name, partition=replica.partition)
                     self.spawn(self._delete_files(replica))
+
+    async def _open_partitions(self, topic: Topic, partitions: list[int], origin: int) -> None:
+        """Open many new replicas a few at a time, so the event loop keeps serving peers and
+        clients meanwhile (a big topic's replicas would otherwise block it for seconds)."""
+        for start in range(0, len(partitions), OPEN_AT_ONCE):
+            if self.state.topics.get(topic.name) is not topic:
+                return  # deleted (or re-created) meanwhile
+            for partition in partitions[start : start + OPEN_AT_ONCE]:
+                self._open_partition(topic, partition, origin)
+            await asyncio.sleep(0)
 
     async def _delete_files(self, replica: Replica) -> None:
         self.amnesia.closed(replica.group)

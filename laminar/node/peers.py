@@ -28,6 +28,11 @@ from laminar.transport import FramedProtocol, split_address
 
 log = structlog.get_logger(__name__)
 
+CLOSE_AFTER_SILENT_TIMES = 10
+"""A connection silent for this many ``dead_after`` is closed (the peer's host may be gone
+without a FIN, and only a new connection would notice its return); silent for one
+``dead_after`` the peer is only reported down."""
+
 
 class PeerNetwork:
     def __init__(
@@ -55,6 +60,8 @@ class PeerNetwork:
         self._connections: dict[int, FramedProtocol] = {}
         self._last_heard: dict[int, float] = {}
         self._down: set[int] = set()
+        self._hellos: dict[int, tuple[str, str]] = {}
+        """Peer address and client address each peer said hello with."""
         self._dialers: dict[int, asyncio.Task[None]] = {}
         self._server: asyncio.Server | None = None
         self._hello = encode_hello(node_id, cluster_id, peer_address, client_address)
@@ -98,6 +105,7 @@ class PeerNetwork:
             connection.close()
         self._down.discard(node_id)
         self._last_heard.pop(node_id, None)
+        self._hellos.pop(node_id, None)
 
     def connected(self, node_id: int) -> bool:
         connection = self._connections.get(node_id)
@@ -130,13 +138,16 @@ class PeerNetwork:
             if empty is None:
                 empty = encode_messages([])[0]
             connection.send(KIND_PEER, empty)
-            if now - self._last_heard.get(peer, now) > self._dead_after:
+            silent = now - self._last_heard.get(peer, now)
+            if silent > self._dead_after * CLOSE_AFTER_SILENT_TIMES:
                 log.warning("peer silent, closing its connection", peer=peer)
                 connection.close()
         for peer in self.addresses:
-            if peer not in self._down and not self.connected(peer):
+            if peer not in self._down:
                 last = self._last_heard.get(peer, 0.0)
                 if now - last > self._dead_after:
+                    # Down for Raft (its groups elect without it) but the connection stays:
+                    # a peer that is only slow (a starved CPU) loses nothing in flight.
                     self._down.add(peer)
                     self._on_down(peer)
 
@@ -180,6 +191,9 @@ class PeerNetwork:
             if peer == 0:
                 raise ProtocolError("peer spoke before saying hello")
             self._last_heard[peer] = time.monotonic()
+            if peer in self._down:  # silent for a while, heard again on the same connection
+                self._down.discard(peer)
+                self._on_up(peer, *self._hellos[peer])
             if which == "raft":
                 if body:
                     self._on_raft(peer, body)
@@ -209,6 +223,7 @@ class PeerNetwork:
         self._connections[peer] = protocol
         self._last_heard[peer] = time.monotonic()
         self._down.discard(peer)
+        self._hellos[peer] = (hello.address, hello.clientAddress)
         if peer not in self.addresses:
             self.addresses[peer] = hello.address
         if protocol is not None and self.node_id > peer:
