@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import struct
@@ -64,6 +65,8 @@ class Receiver:
 
     def __init__(self) -> None:
         self.latencies: list[float] = []
+        self.acks: list[float] = []
+        """Sent → acknowledged to the producer (the write path alone), counted records."""
         self.received = 0
         self.expected = 0
         self.done = asyncio.Event()
@@ -104,6 +107,7 @@ async def run_rates(
     for rate in rates:
         await paced(send, rate, WARMUP_SECONDS, 0)
         receiver.latencies = []
+        receiver.acks = []
         receiver.received = 0
         receiver.expected = int(rate * seconds)
         receiver.done.clear()
@@ -115,6 +119,10 @@ async def run_rates(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(receiver.done.wait(), DRAIN_SECONDS)
         out[str(rate)] = summary(receiver.latencies, count, reached)
+        if receiver.acks:
+            acks = sorted(receiver.acks)
+            out[str(rate)]["ack_p50_ms"] = round(acks[len(acks) // 2] * 1000, 2)
+            out[str(rate)]["ack_p99_ms"] = round(acks[int(len(acks) * 0.99)] * 1000, 2)
         if count < int(rate * seconds):
             out[str(rate)]["saturated"] = True  # its client fell a second behind: gave up
         print(f"  {rate:>7}/s: {json.dumps(out[str(rate)])}", file=sys.stderr, flush=True)
@@ -160,12 +168,16 @@ async def laminar_side(work: Path, rates: list[int], seconds: float, linger_ms: 
             await consumer.assign([TopicPartition(TOPIC, p) for p in range(3)])
             failures: list[BaseException] = []
 
-            def checked(future: Any) -> None:
+            def acked(sent: float, counted: int, future: Any) -> None:
                 if future.exception() is not None:
                     failures.append(future.exception())
+                elif counted:
+                    receiver.acks.append(time.perf_counter() - sent)
 
             async def send(value: bytes) -> None:
-                (await producer.send(TOPIC, value)).add_done_callback(checked)
+                sent, _, counted = STAMP.unpack_from(value)
+                future = await producer.send(TOPIC, value)
+                future.add_done_callback(functools.partial(acked, sent, counted))
 
             async def consume() -> None:
                 clock = time.perf_counter
@@ -219,15 +231,18 @@ async def nats_side(work: Path, rates: list[int], seconds: float) -> Any:
         publishes: set[asyncio.Task[Any]] = set()
         failures: list[BaseException] = []
 
-        def finished(task: asyncio.Task[Any]) -> None:
+        def finished(sent: float, counted: int, task: asyncio.Task[Any]) -> None:
             publishes.discard(task)
             if not task.cancelled() and task.exception() is not None:
                 failures.append(task.exception())  # type: ignore[arg-type]
+            elif counted:
+                receiver.acks.append(time.perf_counter() - sent)
 
         async def send(value: bytes) -> None:
+            sent, _, counted = STAMP.unpack_from(value)
             task = asyncio.create_task(js.publish(SUBJECT, value))
             publishes.add(task)
-            task.add_done_callback(finished)
+            task.add_done_callback(functools.partial(finished, sent, counted))
 
         async def flush() -> None:
             if publishes:

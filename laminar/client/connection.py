@@ -122,7 +122,8 @@ class Connection:
         try:
             protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
             await protocol.drain()
-            reply = await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # one loop turn after the reply (wait_for: two)
+                reply = await future
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no reply from {self.address} within {timeout:.1f} s"

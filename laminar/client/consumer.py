@@ -402,8 +402,11 @@ class Consumer:
             if remaining <= 0:
                 return []
             self._arrived.clear()
+            # asyncio.timeout, not wait_for (a task of its own): the caller resumes one loop
+            # turn after a fetch answered, not three.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self

@@ -132,6 +132,20 @@ class Replica:
     def is_leader(self) -> bool:
         return self.raft.role == Role.LEADER
 
+    def is_durable(self) -> bool:
+        """Whether everything handed to this replica so far is on disk: its whole log is
+        fdatasynced and term, vote and membership are saved (commit is never saved)."""
+        if self.log.durable_offset < self.log.end_offset:
+            return False
+        raft = self.raft
+        saved = self.saved
+        return (
+            saved is not None
+            and saved.term == raft.term
+            and saved.vote == raft.vote
+            and saved.conf == (self.conf or raft.committed_conf)
+        )
+
     def state_to_save(self) -> tuple[HardState, ConfState] | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
         raft = self.raft
