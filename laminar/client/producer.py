@@ -339,7 +339,14 @@ class Producer:
             description = self._topics.get(batch.tp.topic)  # None once the topic is deleted
             if description is not None:
                 count = len(description.partitions)
-                self._default_partitioner.batch_closed(batch.tp.topic, batch.tp.partition, count)
+                topic = batch.tp.topic
+                accumulator = self._accumulator
+                assert accumulator is not None
+
+                def busy(partition: int) -> bool:
+                    return accumulator.busy(TopicPartition(topic, partition))
+
+                self._default_partitioner.batch_closed(topic, batch.tp.partition, count, busy)
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
         cluster = self._cluster

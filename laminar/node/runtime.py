@@ -344,8 +344,8 @@ class MultiRaft:
         """Start a pass for everything written since the last one, unless one is running (it
         starts the next itself when it ends). Called at the end of every drain, so a lone
         write goes to the flush thread in the same loop turn that wrote it."""
-        if self._flushing or not self._dirty or self._stopping:
-            return
+        if self._flushing or not self._dirty or self._stopping or self._loop is None:
+            return  # (not started: nothing is made durable, as before start)
         dirty, self._dirty = self._dirty, set()
         jobs: list[FlushJob] = []
         for replica in dirty:
@@ -359,7 +359,6 @@ class MultiRaft:
             return
         self._flushing = True
         self._in_pass = {job[0] for job in jobs}
-        assert self._loop is not None
         self._executor.submit(_sync_then_call, self._loop, self._flushed, jobs)
 
     def _flushed(self, jobs: list[FlushJob], error: BaseException | None) -> None:
