@@ -134,9 +134,12 @@ class Replica:
 
     def is_durable(self) -> bool:
         """Whether everything handed to this replica so far is on disk: its whole log is
-        fdatasynced and term, vote and membership are saved (commit is never saved)."""
-        if self.log.durable_offset < self.log.end_offset:
-            return False
+        fdatasynced and its hard state saved."""
+        return self.log.durable_offset >= self.log.end_offset and self.state_saved()
+
+    def state_saved(self) -> bool:
+        """Whether term, vote and membership are as last saved (``state_to_save`` would save
+        nothing). A moved commit alone is never saved: it is learnt again from the leader."""
         raft = self.raft
         saved = self.saved
         return (

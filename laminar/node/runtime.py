@@ -251,7 +251,10 @@ class MultiRaft:
                 self._dirty.add(replica)
             if ready.conf_state is not None:
                 replica.conf = ready.conf_state
-            if ready.hard_state is not None or ready.conf_state is not None:
+            # A moved commit alone needs no pass: it is never saved (learnt again from the leader).
+            if (
+                ready.hard_state is not None or ready.conf_state is not None
+            ) and not replica.state_saved():
                 self._dirty.add(replica)
             durable: bool | None = None
             for message in ready.messages:
