@@ -200,6 +200,17 @@ class Producer:
         tps = cached[1]
         if partition is None:
             partition = self._partitioner(topic, key, len(tps))
+            if (
+                key is None
+                and self._default_partitioner is not None
+                and accumulator.sending(tps[partition])
+                and accumulator.in_flight < len(tps)
+            ):
+                # Its sticky partition waits for an acknowledgement while another may be
+                # idle: go there rather than wait a round trip (sticky again from then on).
+                partition = self._default_partitioner.avoid_busy(
+                    topic, partition, len(tps), lambda p: accumulator.busy(tps[p])
+                )
         elif not 0 <= partition < len(tps):
             raise UnknownPartitionError(
                 f"topic {topic!r} has no partition {partition} (it has {len(tps)})"
