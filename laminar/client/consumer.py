@@ -603,7 +603,8 @@ class Consumer:
                 part.maxBytes = partition_max_bytes
 
         connection = await self.cluster.connection(node_id)
-        return await connection.request(fill, timeout=self.request_timeout + max_wait_ms / 1000)
+        timeout = self.request_timeout + max_wait_ms / 1000
+        return await connection.request(fill, timeout=timeout, now=True)  # one per node
 
     # low level ---------------------------------------------------------------------------
     async def fetch_batches(
