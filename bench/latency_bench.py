@@ -100,9 +100,29 @@ async def paced(send: Send, rate: int, seconds: float, counted: int) -> tuple[in
     return sent, sent / (clock() - started)
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes so far (Linux /proc; 0 elsewhere)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def run_rates(
-    send: Send, flush: Flush, receiver: Receiver, rates: list[int], seconds: float
+    send: Send,
+    flush: Flush,
+    receiver: Receiver,
+    rates: list[int],
+    seconds: float,
+    servers: list[int],
 ) -> dict[str, Any]:
+    """Each rate in turn; besides latencies, the CPU time the servers (``servers``: pids) and
+    this client process spent per 1,000 counted records: on a busy machine this is the
+    steadier figure (every ms of CPU on the path is a ms a record may wait for a core)."""
     out: dict[str, Any] = {}
     for rate in rates:
         await paced(send, rate, WARMUP_SECONDS, 0)
@@ -111,6 +131,7 @@ async def run_rates(
         receiver.received = 0
         receiver.expected = int(rate * seconds)
         receiver.done.clear()
+        server_cpu, client_cpu = cpu_seconds(servers), time.process_time()
         count, reached = await paced(send, rate, seconds, 1)
         receiver.expected = count
         if receiver.received >= count:
@@ -119,6 +140,11 @@ async def run_rates(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(receiver.done.wait(), DRAIN_SECONDS)
         out[str(rate)] = summary(receiver.latencies, count, reached)
+        if count:
+            server_cpu = cpu_seconds(servers) - server_cpu
+            client_cpu = time.process_time() - client_cpu
+            out[str(rate)]["server_cpu_ms_per_1k"] = round(server_cpu * 1e6 / count, 1)
+            out[str(rate)]["client_cpu_ms_per_1k"] = round(client_cpu * 1e6 / count, 1)
         if receiver.acks:
             acks = sorted(receiver.acks)
             out[str(rate)]["ack_p50_ms"] = round(acks[len(acks) // 2] * 1000, 2)
@@ -189,7 +215,8 @@ async def laminar_side(work: Path, rates: list[int], seconds: float, linger_ms: 
 
             reader = asyncio.create_task(consume())
             try:
-                result = await run_rates(send, producer.flush, receiver, rates, seconds)
+                pids = [node.pid for node in cluster.nodes.values() if node.pid is not None]
+                result = await run_rates(send, producer.flush, receiver, rates, seconds, pids)
             finally:
                 reader.cancel()
             if failures:
@@ -206,7 +233,7 @@ async def nats_side(work: Path, rates: list[int], seconds: float) -> Any:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    async with nats_cluster(work) as urls:
+    async with nats_cluster(work) as (urls, pids):
         client = await nats.connect(urls)
         js = client.jetstream()
         await add_r3_stream(js, "LATENCY", SUBJECT)
@@ -249,7 +276,7 @@ async def nats_side(work: Path, rates: list[int], seconds: float) -> Any:
                 await asyncio.wait(list(publishes), timeout=DRAIN_SECONDS)
 
         try:
-            result = await run_rates(send, flush, receiver, rates, seconds)
+            result = await run_rates(send, flush, receiver, rates, seconds, pids)
         finally:
             await client.close()
         if failures:

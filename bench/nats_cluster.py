@@ -58,9 +58,9 @@ async def wait_listening(port: int, timeout: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def nats_cluster(work: Path, servers: int = 3) -> AsyncIterator[list[str]]:
+async def nats_cluster(work: Path, servers: int = 3) -> AsyncIterator[tuple[list[str], list[int]]]:
     """Start ``servers`` clustered JetStream servers storing under ``work``; yields their
-    client URLs once every one listens, and stops them (by PID) on exit."""
+    client URLs and process ids once every one listens, and stops them (by PID) on exit."""
     executable = nats_server()
     assert executable is not None, "check nats_available() first"
     ports = [(free_port(), free_port()) for _ in range(servers)]
@@ -96,7 +96,7 @@ async def nats_cluster(work: Path, servers: int = 3) -> AsyncIterator[list[str]]
             )
         for port, _ in ports:  # every server listens before anyone connects
             await wait_listening(port, 30)
-        yield [f"nats://127.0.0.1:{p}" for p, _ in ports]
+        yield [f"nats://127.0.0.1:{p}" for p, _ in ports], [proc.pid for proc in procs]
     finally:
         for proc in procs:
             proc.terminate()

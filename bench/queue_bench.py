@@ -206,7 +206,7 @@ async def nats_side(work: Path, total: int) -> float:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig
 
-    async with nats_cluster(work) as urls:
+    async with nats_cluster(work) as (urls, _pids):
         client = await nats.connect(urls)
         js = client.jetstream()
         await add_r3_stream(js, "JOBS", SUBJECT)
