@@ -11,7 +11,10 @@ moment the consumer hands it to the application (one clock, ``time.perf_counter`
 * NATS JetStream (Debian's ``nats-server``, three servers clustered with ``-js``): an R3
   file-storage stream, ``nats-py`` publishing with acks (``js.publish`` per record, many in
   flight) and a push consumer acking each message. Skipped with a message if ``nats-server``
-  or ``nats-py`` is absent (this bench installs nothing).
+  or ``nats-py`` is absent (this bench installs nothing). Mind the durability difference:
+  JetStream acknowledges a write once a quorum holds it in memory and flushes to disk on a
+  timer (``sync_interval``, 2 minutes by default); laminar's acks=all waits until a majority
+  fdatasynced it.
 
 The producer paces itself on a 1 ms timer (each wake-up sends what is due), so records leave
 in small bursts as an application's would. Records of a short warm-up at each rate are not
