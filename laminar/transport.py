@@ -205,7 +205,8 @@ class FramedProtocol(asyncio.BufferedProtocol):
         """Like send, with the payload given as several buffers (no join copy).
 
         ``now``: write it (and whatever is queued before it) at once, for a caller that has
-        already gathered everything it sends this turn into this one frame."""
+        already gathered everything it sends this turn into this one frame (a client's one
+        request per node)."""
         parts = encode_frame_parts(kind, message, payload_parts, self._crc_covers_payload)
         self._queue(parts, now=now)
 

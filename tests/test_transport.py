@@ -94,8 +94,8 @@ def test_a_damaged_message_closes_a_client_connection_too() -> None:
 
 
 async def test_a_frame_sent_now_is_written_before_the_loop_turns() -> None:
-    # Peer connections send one frame per peer per drain, written at once; other frames wait
-    # for the end of the loop turn so that many small ones leave in one write.
+    # The producer's and the consumer's one request per node and turn is written at once;
+    # other frames wait for the end of the loop turn so that many small ones leave in one write.
     loop = asyncio.get_running_loop()
     with socket.create_server(("127.0.0.1", 0)) as server:
         _, protocol = await loop.create_connection(
