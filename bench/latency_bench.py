@@ -93,9 +93,10 @@ async def paced(send: Send, rate: int, seconds: float, counted: int) -> tuple[in
     started = clock()
     sent = 0
     while sent < total:
-        due = min(total, int((clock() - started) * rate) + 1)
-        if due - sent > rate:
+        scheduled = int((clock() - started) * rate) + 1
+        if scheduled - sent > rate:
             break
+        due = min(total, scheduled)
         while sent < due:
             await send(STAMP.pack(clock(), sent, counted) + PAD)
             sent += 1
