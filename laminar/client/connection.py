@@ -100,11 +100,14 @@ class Connection:
         *,
         timeout: float | None = 30.0,
         expect_reply: bool = True,
+        now: bool = False,
     ) -> Reply:
         """Send one request; return its reply or raise the typed error the node sent.
 
         With ``expect_reply=False`` (produce with acks=none) the request is written and an empty
-        reply returned at once; a response that arrives anyway is dropped.
+        reply returned at once; a response that arrives anyway is dropped. ``now``: written at
+        once rather than with the other requests of this loop turn (the producer's one request
+        per node and turn).
         """
         protocol = self._protocol
         if protocol is None or protocol.closed:
@@ -116,15 +119,16 @@ class Connection:
         fill(message.body)
         encoded = message.to_bytes()
         if not expect_reply:
-            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts), now=now)
             await protocol.drain()
             return None, memoryview(b"")
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = future
         try:
-            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts), now=now)
             await protocol.drain()
-            reply = await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # one loop turn after the reply (wait_for: two)
+                reply = await future
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no reply from {self.address} within {timeout:.1f} s"

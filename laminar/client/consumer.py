@@ -402,8 +402,11 @@ class Consumer:
             if remaining <= 0:
                 return []
             self._arrived.clear()
+            # asyncio.timeout, not wait_for (a task of its own): the caller resumes one loop
+            # turn after a fetch answered, not three.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self
@@ -600,7 +603,8 @@ class Consumer:
                 part.maxBytes = partition_max_bytes
 
         connection = await self.cluster.connection(node_id)
-        return await connection.request(fill, timeout=self.request_timeout + max_wait_ms / 1000)
+        timeout = self.request_timeout + max_wait_ms / 1000
+        return await connection.request(fill, timeout=timeout, now=True)  # one per node
 
     # low level ---------------------------------------------------------------------------
     async def fetch_batches(

@@ -9,6 +9,8 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -245,12 +247,13 @@ class ClientServer:
     async def _await_commits(
         self, results: Any, waits: list[tuple[int, Waiter]], timeout_ms: int
     ) -> None:
-        futures = [waiter.future for _, waiter in waits]
-        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_ms / 1000):
+                await settled(waiter.future for _, waiter in waits)
         for position, waiter in waits:
             future = waiter.future
             error: BaseException | None
-            if not future.done():
+            if not future.done() or future.cancelled():
                 future.cancel()
                 error = RequestTimeoutError("the write did not commit in time; it may still")
             else:
@@ -312,7 +315,9 @@ class ClientServer:
             for replica in replicas:
                 if isinstance(replica, Replica):
                     replica.fetch_waiters.append(waiter)
-            await asyncio.wait([waiter], timeout=max_wait)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_wait):
+                    await waiter  # one loop turn after the high watermark moved
         results = response.body.init("fetch").init("results", len(wanted))
         chunks: list[bytes] = []
         position = 0
@@ -434,6 +439,16 @@ class ClientServer:
             slot.nodeId = fault["node_id"]
             slot.state = fault["state"]
             slot.error = fault["error"]
+
+
+async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Wait until every future is done, successful or not. The task resumes one loop turn
+    after the last one is done (``asyncio.wait`` takes two: its callback, then the task), which
+    is on the path of every acks=all reply."""
+    for future in futures:
+        if not future.done():
+            with contextlib.suppress(Exception):
+                await future
 
 
 def first_offset_at(replica: Replica, timestamp: int) -> int | None:

@@ -119,6 +119,8 @@ class PeerNetwork:
         if connection is None or connection.closed:
             return  # Raft retries; nothing is lost that was promised
         message, payload = encode_messages(messages)
+        # Written at the end of the loop turn, with the other peers' frames of this drain:
+        # writing each at once measured no better (a woken peer may take this core mid-drain).
         connection.send_parts(KIND_PEER, message, payload)
 
     def send_other(self, peer: int, builder: Any) -> bool:
