@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from laminar.cli import DEFAULT_BOOTSTRAP, Bootstrap, format_record, render_table, run, text_of
+from laminar.cli_tls import client_ssl
 from laminar.client import Admin, QueueDescription, ShareConsumer, ShareMessage
 
 queue_app = typer.Typer(
@@ -37,7 +38,7 @@ def queue_describe(
     age of the oldest message not done; and the records in the group's dead-letter topic."""
 
     async def go() -> QueueDescription:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             return await admin.describe_queue(group, topic)
 
     description = run(go)
@@ -146,6 +147,7 @@ async def consume_share(
         from_earliest=from_earliest,
         max_wait_ms=IDLE_MS,
         prefetch=count is None,  # with a count, take no more than it needs
+        ssl=client_ssl(),
     ) as consumer:
         if follow:
             print(f"% reading {topic} as share group {group}", file=sys.stderr, flush=True)

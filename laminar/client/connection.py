@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from laminar.client.log import get_logger
@@ -32,6 +33,7 @@ from laminar.protocol import (
     decode,
 )
 from laminar.protocol import read_error as read_wire_error
+from laminar.tls import describe_tls_error
 from laminar.transport import FramedProtocol, split_address
 
 log = get_logger(__name__)
@@ -64,10 +66,15 @@ class Connection:
         self._protocol: FramedProtocol | None = None
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._ids = itertools.count(1)
+        self._tls = False
+        self._answered = False
 
     @classmethod
-    async def open(cls, address: str, *, timeout: float = 5.0) -> Connection:
-        """Connect to ``address`` (host:port); ConnectionError with the address on failure."""
+    async def open(
+        cls, address: str, *, timeout: float = 5.0, ssl: SSLContext | None = None
+    ) -> Connection:
+        """Connect to ``address`` (host:port), over TLS with ``ssl`` (the host name is checked
+        against the node's certificate); ConnectionError with the address on failure."""
         connection = cls(address)
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
@@ -81,12 +88,14 @@ class Connection:
                     ),
                     host,
                     port,
+                    ssl=ssl,
                 ),
                 timeout,
             )
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {address}: {_reason(exc)}") from None
         connection._protocol = protocol
+        connection._tls = ssl is not None
         return connection
 
     @property
@@ -157,12 +166,15 @@ class Connection:
             self._fail_pending(exc)
             self.close()
             return
+        self._answered = True
         future = self._pending.get(response.correlationId)
         if future is not None and not future.done():
             future.set_result((response, payload))
 
     def _on_close(self, exc: Exception | None) -> None:
         reason = f": {_reason(exc)}" if exc else ""
+        if exc is None and not self._answered and not self._tls and self._pending:
+            reason = " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
         self._fail_pending(ConnectionError(f"connection to {self.address} lost{reason}"))
 
     def _fail_pending(self, error: BaseException) -> None:
@@ -177,6 +189,9 @@ def _reason(exc: BaseException | None) -> str:
         return "closed"
     if isinstance(exc, TimeoutError):
         return "timed out"
+    tls = describe_tls_error(exc)
+    if tls is not None:
+        return f"{tls} [{exc}]"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__

@@ -14,6 +14,7 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from ssl import SSLContext
 from time import time_ns
 from typing import Any
 
@@ -90,12 +91,14 @@ class Producer:
         metadata_timeout_ms: int = 5_000,
         partitioner: Partitioner | None = None,
         idempotent: bool = True,
+        ssl: SSLContext | None = None,
     ) -> None:
         if acks not in ACKS_BY_NAME:
             raise ValueError(f"acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
         if batch_bytes <= 0 or buffer_bytes < batch_bytes:
             raise ValueError("batch_bytes must be positive and at most buffer_bytes")
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
@@ -124,7 +127,7 @@ class Producer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + 5
+            self.bootstrap, request_timeout=self.request_timeout + 5, ssl=self.ssl
         )
         self._accumulator = RecordAccumulator(
             batch_bytes=self._batch_bytes,
