@@ -173,8 +173,13 @@ class Connection:
 
     def _on_close(self, exc: Exception | None) -> None:
         reason = f": {_reason(exc)}" if exc else ""
-        if exc is None and not self._answered and not self._tls and self._pending:
-            reason = " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
+        if exc is None and not self._answered and self._pending:
+            reason = (
+                " before any reply: the node requires a client certificate signed by its CA,"
+                " or refused ours (ssl context with load_cert_chain; --tls-cert/--tls-key)"
+                if self._tls
+                else " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
+            )
         self._fail_pending(ConnectionError(f"connection to {self.address} lost{reason}"))
 
     def _fail_pending(self, error: BaseException) -> None:
