@@ -89,3 +89,14 @@ def test_plain_ports_only_on_loopback(files: dict[str, Path], tmp_path: Path) ->
         files["cert"], files["key"], files["ca"], "client,peer", "none", [key], None, True, False
     )
     assert security.gossip_keyring() is not None and security.gossip_keyring().encrypt  # type: ignore[union-attr]
+
+
+def test_spark_source_tls_options(files: dict[str, Path]) -> None:
+    from spark_source.options import OptionError, parse_options
+
+    options = parse_options({"topic": "t", "tlsCa": str(files["ca"])})
+    context = options.ssl_context()
+    assert context is not None and context.check_hostname
+    assert parse_options({"topic": "t"}).ssl_context() is None
+    with pytest.raises(OptionError, match="go together"):
+        parse_options({"topic": "t", "tlsCa": str(files["ca"]), "tlsCert": "x"})
