@@ -68,6 +68,7 @@ class Connection:
         self._ids = itertools.count(1)
         self._tls = False
         self._answered = False
+        self._lost = ""  # why the node closed the connection, for requests made after that
 
     @classmethod
     async def open(
@@ -76,6 +77,7 @@ class Connection:
         """Connect to ``address`` (host:port), over TLS with ``ssl`` (the host name is checked
         against the node's certificate); ConnectionError with the address on failure."""
         connection = cls(address)
+        connection._tls = ssl is not None
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         try:
@@ -95,7 +97,6 @@ class Connection:
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {address}: {_reason(exc)}") from None
         connection._protocol = protocol
-        connection._tls = ssl is not None
         return connection
 
     @property
@@ -117,7 +118,7 @@ class Connection:
         """
         protocol = self._protocol
         if protocol is None or protocol.closed:
-            raise ConnectionError(f"connection to {self.address} is closed")
+            raise ConnectionError(self._lost or f"connection to {self.address} is closed")
         correlation_id = next(self._ids)
         message = client_schema.Request.new_message()
         message.correlationId = correlation_id
@@ -173,14 +174,16 @@ class Connection:
 
     def _on_close(self, exc: Exception | None) -> None:
         reason = f": {_reason(exc)}" if exc else ""
-        if exc is None and not self._answered and self._pending:
-            reason = (
-                " before any reply: the node requires a client certificate signed by its CA,"
-                " or refused ours (ssl context with load_cert_chain; --tls-cert/--tls-key)"
-                if self._tls
-                else " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
-            )
-        self._fail_pending(ConnectionError(f"connection to {self.address} lost{reason}"))
+        if exc is None and not self._answered:
+            if self._tls:  # TLS 1.3: a refused client certificate shows as a close
+                reason = (
+                    " before any reply: if the node requires a client certificate, present one"
+                    " signed by its CA (ssl context with load_cert_chain; --tls-cert/--tls-key)"
+                )
+            elif self._pending:
+                reason = " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
+        self._lost = f"connection to {self.address} lost{reason}"
+        self._fail_pending(ConnectionError(self._lost))
 
     def _fail_pending(self, error: BaseException) -> None:
         pending, self._pending = self._pending, {}
