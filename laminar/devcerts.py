@@ -98,6 +98,14 @@ class Authority:
             builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
         return builder.sign(self.key, hashes.SHA256()), key
 
+    @classmethod
+    def load(cls, directory: Path) -> Authority:
+        """The CA ``write`` left in ``directory``."""
+        cert = x509.load_pem_x509_certificate((directory / "ca.pem").read_bytes())
+        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        return cls(cert, key)
+
     def write(self, directory: Path) -> Path:
         """Write ``ca.pem`` (and ``ca.key``) into ``directory``; returns the certificate path."""
         directory.mkdir(parents=True, exist_ok=True)

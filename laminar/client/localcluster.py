@@ -188,12 +188,15 @@ class LocalCluster:
         client = directory / "client.pem"
         if not ca.exists():
             authority = Authority.create("laminar dev CA")
-            for node in self.nodes.values():
-                hosts = {split_address(node.client_address)[0], split_address(node.peer_address)[0]}
-                write_node_cert(authority, directory, node.node_id, sorted(hosts))
+            authority.write(directory)
             write_cert(authority, directory, "client")
             (directory / "gossip.keys").write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
-            authority.write(directory)
+        else:
+            authority = Authority.load(directory)
+        for node in self.nodes.values():  # also nodes added since the CA was made
+            if not (directory / f"node-{node.node_id}.pem").exists():
+                hosts = {split_address(node.client_address)[0], split_address(node.peer_address)[0]}
+                write_node_cert(authority, directory, node.node_id, sorted(hosts))
         if self.tls_client_auth:
             return client_context(ca, client, directory / "client.key")
         return client_context(ca)
