@@ -174,14 +174,18 @@ class Connection:
 
     def _on_close(self, exc: Exception | None) -> None:
         reason = f": {_reason(exc)}" if exc else ""
-        if exc is None and not self._answered:
-            if self._tls:  # TLS 1.3: a refused client certificate shows as a close
+        refused = exc is None or isinstance(exc, (ConnectionResetError, BrokenPipeError))
+        if refused and not self._answered:
+            if self._tls:  # TLS 1.3: a refused client certificate shows as a close or reset
                 reason = (
-                    " before any reply: if the node requires a client certificate, present one"
-                    " signed by its CA (ssl context with load_cert_chain; --tls-cert/--tls-key)"
+                    f" before any reply{reason}: if the node requires a client certificate,"
+                    " present one signed by its CA (ssl context with load_cert_chain;"
+                    " --tls-cert/--tls-key)"
                 )
             elif self._pending:
-                reason = " before any reply (does the node require TLS? pass ssl= or --tls-ca)"
+                reason = (
+                    f" before any reply{reason} (does the node require TLS? pass ssl= or --tls-ca)"
+                )
         self._lost = f"connection to {self.address} lost{reason}"
         self._fail_pending(ConnectionError(self._lost))
 
