@@ -23,6 +23,15 @@ import structlog
 import typer
 import uvloop
 
+from laminar.cli_tls import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    client_ssl,
+    dev_tls_note,
+    node_security,
+    set_client_tls,
+)
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
     Admin,
@@ -65,11 +74,15 @@ Bootstrap = Annotated[
 
 
 @app.callback()
-def _quiet_library_logs() -> None:
+def _quiet_library_logs(
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None
+) -> None:
     """Client-library logs stay out of command output (errors only, on stderr).
 
-    `laminar node start` sets up the node's own logging instead.
+    `laminar node start` sets up the node's own logging instead. The TLS options apply to
+    every client command: `laminar --tls-ca ca.pem topic list`.
     """
+    set_client_tls(tls_ca, tls_cert, tls_key)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -306,6 +319,34 @@ def node_start(
     group_offsets_retention: Annotated[
         float, typer.Option(help="Seconds a group with no members keeps its offsets (7 days).")
     ] = 7 * 24 * 3600.0,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="This node's certificate (PEM), signed by --tls-ca, named node-<id>."),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Key of --tls-cert (PEM).")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="The cluster CA (PEM): peers and client certs it signed.")
+    ] = None,
+    tls_ports: Annotated[
+        str, typer.Option(help="Listeners that speak TLS once --tls-cert is given.")
+    ] = "client,peer,kafka",
+    tls_client_auth: Annotated[
+        str, typer.Option(help="none or required: clients must present a certificate of the CA.")
+    ] = "none",
+    gossip_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Base64 gossip key (16/24/32 bytes); repeatable, the first sends."),
+    ] = None,
+    gossip_key_file: Annotated[
+        Path | None,
+        typer.Option(help="Gossip keyring file, one base64 key per line; re-read on change."),
+    ] = None,
+    gossip_encrypt: Annotated[
+        bool, typer.Option(help="Encrypt gossip with AES-GCM (not only authenticate it).")
+    ] = False,
+    insecure: Annotated[
+        bool, typer.Option(help="Allow plain (no TLS, no gossip key) non-loopback listeners.")
+    ] = False,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.groups.settings import GroupSettings
@@ -324,6 +365,17 @@ def node_start(
     except UserError as exc:
         fail(str(exc))
     try:
+        security = node_security(
+            tls_cert,
+            tls_key,
+            tls_ca,
+            tls_ports,
+            tls_client_auth,
+            list(gossip_key or []),
+            gossip_key_file,
+            gossip_encrypt,
+            insecure,
+        )
         config = NodeConfig(
             node_id=node_id,
             data_dir=data_dir,
@@ -348,6 +400,7 @@ def node_start(
                 heartbeat_interval_ms=int(group_heartbeat_interval * 1000),
                 offsets_retention_ms=int(group_offsets_retention * 1000),
             ),
+            security=security,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -373,7 +426,7 @@ def node_drain(
     """Move every replica off a node so it can leave the cluster."""
 
     async def go() -> int:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.drain_node(node_id)
             deadline = time.monotonic() + timeout
             while wait:
@@ -398,7 +451,7 @@ def node_undrain(
     """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
 
     async def go() -> None:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.undrain_node(node_id)
 
     run(go)
@@ -417,12 +470,15 @@ def dev(
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
+    tls: Annotated[
+        bool, typer.Option(help="TLS on every port and signed gossip, with a throw-away CA.")
+    ] = False,
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
     if ports[-1][1] > 65535:
         fail("--base-port is too high for that many nodes")
-    cluster = LocalCluster(data_dir, ports)
+    cluster = LocalCluster(data_dir, ports, tls=tls)
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -482,7 +538,7 @@ async def _dev(cluster: LocalCluster, topic: str, ready_timeout: float) -> int:
 
 async def _dev_prepare(cluster: LocalCluster, topic: str, timeout: float) -> None:
     await cluster.wait_ready(timeout)
-    async with Admin(cluster.bootstrap) as admin:
+    async with Admin(cluster.bootstrap, ssl=cluster.client_ssl) as admin:
         if topic not in await admin.list_topics():
             replication = min(3, len(cluster.nodes))
             with contextlib.suppress(TopicExistsError):
@@ -524,7 +580,7 @@ Or from Python:
 
   asyncio.run(main())
 
-Ctrl-C stops the cluster."""
+{dev_tls_note(cluster)}Ctrl-C stops the cluster."""
 
 
 def format_duration(ms: int) -> str:
@@ -708,7 +764,7 @@ async def _produce(
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
         async with Producer(
-            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression, ssl=client_ssl()
         ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
@@ -846,7 +902,7 @@ async def _consume(
     count: int | None,
     output: str,
 ) -> int:
-    async with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+    async with Consumer(bootstrap, auto_offset_reset="none", ssl=client_ssl()) as consumer:
         description = await consumer.cluster.wait_for_topic(topic, 5.0)
         available = [p.partition for p in description.partitions]
         for number in partitions or []:
@@ -907,7 +963,7 @@ def cluster_status(
     """Members, partitions, leaders and replica lag."""
 
     async def go() -> ClusterStatus:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             return await admin.cluster_status()
 
     status = run(go)

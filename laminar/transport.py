@@ -124,6 +124,10 @@ class FramedProtocol(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
 
+    def extra_info(self, name: str) -> object:
+        """The transport's ``get_extra_info(name)`` (e.g. ``peercert``), None once closed."""
+        return None if self._transport is None else self._transport.get_extra_info(name)
+
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
             return memoryview(self._large)[self._large_filled : self._large_size]

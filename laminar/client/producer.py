@@ -14,6 +14,7 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from ssl import SSLContext
 from time import time_ns
 from typing import Any
 
@@ -99,6 +100,7 @@ class Producer:
         idempotent: bool = True,
         compression: str | None = None,
         compression_level: int | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
         formats): each batch's records are compressed once, when it is built, and stored and
@@ -116,6 +118,7 @@ class Producer:
         if compression_level is not None and not self.compression:
             raise UnsupportedCompressionError("compression_level needs a compression codec")
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
@@ -144,7 +147,7 @@ class Producer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + 5
+            self.bootstrap, request_timeout=self.request_timeout + 5, ssl=self.ssl
         )
         self._accumulator = RecordAccumulator(
             batch_bytes=self._batch_bytes,

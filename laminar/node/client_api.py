@@ -84,7 +84,13 @@ class ClientServer:
     async def start(self) -> None:
         host, port = split_address(self.node.config.listen)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            self._protocol,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self.node.config.security.tls.server_context("client"),
+        )
 
     async def stop(self) -> None:
         if self._server is not None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from laminar.groups.settings import GroupSettings
+from laminar.tls import SecurityConfig
 from laminar.transport import split_address
 
 DAY_MS = 24 * 3600 * 1000
@@ -50,6 +51,8 @@ class NodeConfig:
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """TLS, gossip keys, ``--insecure`` (``laminar/tls.py``)."""
     log_format: str = "console"
     log_level: str = "info"
 
@@ -65,6 +68,7 @@ class NodeConfig:
         split_address(self.advertise_peer)
         for address in [*self.peers.values(), *self.join]:
             split_address(address)
+        self.security.check_exposure(self.listen, self.peer_listen)
 
 
 def parse_peers(text: str) -> dict[int, str]:

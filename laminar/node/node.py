@@ -82,6 +82,8 @@ class Node:
             on_up=self._peer_up,
             on_down=self.runtime.node_down,
             dead_after=config.tick_ms * config.election_ticks * 2 / 1000,
+            server_ssl=config.security.tls.server_context("peer"),
+            client_ssl=config.security.tls.peer_client_context(),
         )
         self.calls = PeerCalls(self.peers)
         self.metadata_service = MetadataService(self)
@@ -102,6 +104,7 @@ class Node:
             config=SwimConfig(reap_after_ticks=round(config.reap_after_ms / 1000 / TICK_SECONDS)),
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
+            keyring=config.security.gossip_keyring(),
         )
         self.placement = Placement(self)
         self.groups = GroupService(
@@ -120,6 +123,7 @@ class Node:
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
+            client_ssl=config.security.tls.own_client_context(),
         )
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
