@@ -112,13 +112,16 @@ class KafkaConnection(asyncio.Protocol):
             slot.set_result(unsupported_response(header.correlation_id, header.api_key))
             self._flush()
             return
-        body = decode(
-            api.request,
-            view,
-            header.body_offset,
-            header.api_version,
-            api.flexible(header.api_version),
-        )
+        try:
+            body = decode(
+                api.request,
+                view,
+                header.body_offset,
+                header.api_version,
+                api.flexible(header.api_version),
+            )
+        except KafkaCodecError as exc:
+            raise KafkaCodecError(f"{api.name} v{header.api_version}: {exc}") from None
         context = RequestContext(
             header.api_version,
             header.correlation_id,
