@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
+import struct
 import subprocess
 import time
 import uuid
@@ -17,6 +19,8 @@ import pytest
 
 from laminar.client import Consumer, Producer
 from laminar.client.admin import Admin
+from laminar.kafka import codec, errors
+from laminar.kafka.apis import SERVED
 from tests.cluster_fixture import ClusterHandle, run_sync, start_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -429,3 +433,101 @@ def test_kafka_to_native_and_back(cluster: ClusterHandle) -> None:
     assert [m[1] for m in got] == sorted({m[1] for m in got})
     for i, (_p, _o, key, value, headers) in enumerate(got[20:], start=20):
         assert (key, value, headers) == (b"k%d" % i, b"n%d" % i, [("h", b"%d" % i)])
+
+
+# the listener itself, over raw sockets ---------------------------------------------------------
+
+
+def raw_request(key: int, version: int, correlation: int, body: bytes = b"") -> bytes:
+    header = struct.pack(">hhih", key, version, correlation, 4) + b"test"
+    if (
+        SERVED.get(key) is not None
+        and SERVED[key].serves(version)
+        and SERVED[key].flexible(version)
+    ):
+        header += b"\x00"
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def read_response(sock: socket.socket) -> bytes:
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    return recv_exactly(sock, size)
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+def connect(cluster: ClusterHandle) -> socket.socket:
+    host, port = cluster.kafka_bootstrap.split(",")[0].rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    return sock
+
+
+def test_unsupported_versions_and_malformed_requests(cluster: ClusterHandle) -> None:
+    with connect(cluster) as sock:
+        # ApiVersions at a version too high: its v0 error reply, listing what is served
+        sock.sendall(raw_request(18, 99, 1))
+        reply = read_response(sock)
+        assert struct.unpack_from(">ih", reply) == (1, errors.UNSUPPORTED_VERSION)
+        # Metadata at a version not served, and an unknown API: UNSUPPORTED_VERSION, and the
+        # connection stays usable
+        sock.sendall(raw_request(3, 99, 2) + raw_request(999, 0, 3))
+        assert struct.unpack_from(">ih", read_response(sock)) == (2, errors.UNSUPPORTED_VERSION)
+        assert struct.unpack_from(">ih", read_response(sock)) == (3, errors.UNSUPPORTED_VERSION)
+        sock.sendall(raw_request(18, 0, 4))
+        reply = read_response(sock)
+        assert struct.unpack_from(">ih", reply) == (4, 0)
+    # a body that cannot be decoded closes that connection only
+    with connect(cluster) as sock:
+        sock.sendall(raw_request(3, 1, 5, b"\x00\x00\x10\x00"))  # 4096 topics, no bytes
+        with pytest.raises(ConnectionError):
+            read_response(sock)
+    with connect(cluster) as sock:
+        sock.sendall(struct.pack(">i", -7))  # a negative size
+        with pytest.raises(ConnectionError):
+            read_response(sock)
+    with connect(cluster) as sock:
+        sock.sendall(raw_request(18, 0, 6))
+        assert struct.unpack_from(">ih", read_response(sock)) == (6, 0)
+
+
+def test_responses_leave_in_request_order(cluster: ClusterHandle) -> None:
+    """A long-poll fetch and a metadata request behind it on one connection: the metadata
+    reply is ready first but goes out second."""
+    topic = new_topic(cluster, partitions=1)
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "unused"}
+    )
+    try:
+        _low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition(topic, 0), timeout=10
+        )
+    finally:
+        consumer.close()
+    api = SERVED[1]
+    fetch = {
+        "max_wait_ms": 800,
+        "min_bytes": 1,
+        "topics": [
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": high, "partition_max_bytes": 1}],
+            }
+        ],
+    }
+    body = bytes(codec.encode(api.request, fetch, 4, False))
+    with connect(cluster) as sock:
+        started = time.monotonic()
+        sock.sendall(raw_request(1, 4, 10, body) + raw_request(18, 0, 11))
+        first = read_response(sock)
+        second = read_response(sock)
+        assert struct.unpack_from(">i", first)[0] == 10
+        assert struct.unpack_from(">i", second)[0] == 11
+        assert 0.7 < time.monotonic() - started < 5  # the fetch did wait
