@@ -5,6 +5,7 @@ by timestamp, admin, and records crossing between the Kafka and the native proto
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import shutil
 import socket
 import struct
@@ -531,3 +532,52 @@ def test_responses_leave_in_request_order(cluster: ClusterHandle) -> None:
         assert struct.unpack_from(">i", first)[0] == 10
         assert struct.unpack_from(">i", second)[0] == 11
         assert 0.7 < time.monotonic() - started < 5  # the fetch did wait
+
+
+# compressed batches pass through as they are ---------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_stored_and_served_as_is(cluster: ClusterHandle, codec: str) -> None:
+    if importlib.util.find_spec("laminar.segment.compression") is None:
+        pytest.skip("this build's batch format has no compression (the compression branch)")
+    topic = new_topic(cluster, partitions=1)
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "compression.type": codec,
+            "enable.idempotence": True,
+            "linger.ms": 20,
+        }
+    )
+    values = [b"compressible %d " % i * 20 for i in range(300)]
+    for i, value in enumerate(values):
+        producer.produce(topic, key=b"k%d" % i, value=value, partition=0, headers=[("i", b"1")])
+    assert producer.flush(30) == 0
+    got = confluent_consume(cluster.kafka_bootstrap, topic, len(values), partitions=1)
+    assert [m[3] for m in got] == values
+    kp = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap, enable_auto_commit=False)
+    try:
+        tp = kafka.TopicPartition(topic, 0)
+        kp.assign([tp])
+        kp.seek_to_beginning()
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < len(values) and time.monotonic() < deadline:
+            for messages in kp.poll(timeout_ms=500).values():
+                seen.extend(m.value for m in messages)
+        assert seen == values
+    finally:
+        kp.close()
+
+    async def native() -> list[bytes | None]:
+        async with Consumer(cluster.bootstrap) as consumer:
+            await consumer.assign([(topic, 0)])
+            await consumer.seek_to_beginning()
+            out: list[bytes | None] = []
+            deadline = time.monotonic() + 30
+            while len(out) < len(values) and time.monotonic() < deadline:
+                out.extend(r.value for r in await consumer.getmany(timeout_ms=500))
+            return out
+
+    assert run_sync(native()) == values
