@@ -348,9 +348,10 @@ def test_confluent_admin_create_describe_delete(cluster: ClusterHandle) -> None:
     wait_leaders(cluster, name, 4)
     admin.delete_topics([name], operation_timeout=30)[name].result(30)
     assert name not in admin.list_topics(timeout=10).topics
-    internal = admin.delete_topics(["__consumer_offsets"])["__consumer_offsets"]
-    with pytest.raises(confluent_kafka.KafkaException):
+    internal = admin.create_topics([ck_admin.NewTopic("__mine", 1, 1)])["__mine"]
+    with pytest.raises(confluent_kafka.KafkaException) as info:
         internal.result(30)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_EXCEPTION
 
 
 def test_kafka_python_admin(cluster: ClusterHandle) -> None:

@@ -99,6 +99,10 @@ class KafkaConnection(asyncio.Protocol):
             log.warning("malformed kafka request; closing", peer=self.peer, error=str(exc))
             self.close()
             return
+        except Exception:  # never let a request take the node down
+            log.exception("kafka request not accepted; closing", peer=self.peer)
+            self.close()
+            return
         if pos:
             del buf[:pos]
 
