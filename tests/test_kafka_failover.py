@@ -37,6 +37,16 @@ def leader_of(bootstrap: str, topic: str, partition: int) -> int:
     raise AssertionError("no leader")
 
 
+def isr_of(bootstrap: str, topic: str, partition: int) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "x"})
+    try:
+        return list(
+            consumer.list_topics(topic, timeout=10).topics[topic].partitions[partition].isrs
+        )
+    finally:
+        consumer.close()
+
+
 def test_leader_sigkill_during_idempotent_produce(tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path, 3, kafka=True)
     try:
@@ -81,6 +91,11 @@ def test_leader_sigkill_during_idempotent_produce(tmp_path: Path) -> None:
                 time.sleep(0.05)
         assert producer.flush(120) == 0
         assert killed.is_set()
+        # the new leader no longer counts the dead node in sync
+        deadline = time.monotonic() + 30
+        while victim in isr_of(cluster.kafka_bootstrap, topic, 0):
+            assert time.monotonic() < deadline, "the killed node stays in the ISR"
+            time.sleep(0.5)
         assert not failed, failed[:5]
         assert len(acked) == COUNT
 
