@@ -1,9 +1,9 @@
-"""An idempotent Kafka producer (librdkafka) keeps writing while a partition leader is
+"""An idempotent Kafka producer (librdkafka, aiokafka) keeps writing while a partition leader is
 SIGKILLed: every acknowledged record is there exactly once, in order per partition."""
 
 from __future__ import annotations
 
-import threading
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from laminar.client.admin import Admin
-from tests.cluster_fixture import run_sync, start_cluster
+from tests.cluster_fixture import ClusterHandle, run_sync, start_cluster
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 
@@ -47,7 +47,74 @@ def isr_of(bootstrap: str, topic: str, partition: int) -> list[int]:
         consumer.close()
 
 
-def test_leader_sigkill_during_idempotent_produce(tmp_path: Path) -> None:
+def produce_confluent(
+    cluster: ClusterHandle, topic: str, victim: int
+) -> list[tuple[int, int, int]]:
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 2,
+            "batch.num.messages": 200,
+            "message.timeout.ms": 120_000,
+        }
+    )
+    acked: list[tuple[int, int, int]] = []
+    failed: list[Any] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+        else:
+            acked.append((msg.partition(), msg.offset(), int(msg.value())))
+
+    for i in range(COUNT):
+        producer.produce(topic, value=b"%d" % i, partition=i % PARTITIONS, on_delivery=delivered)
+        producer.poll(0)
+        if i == COUNT // 3:
+            producer.flush(60)  # some acknowledged before the kill, the rest around it
+        if i == COUNT // 3 + 200:
+            cluster.kill(victim)
+        if i % 500 == 0:
+            time.sleep(0.05)
+    assert producer.flush(120) == 0
+    assert not failed, failed[:5]
+    return acked
+
+
+def produce_aiokafka(cluster: ClusterHandle, topic: str, victim: int) -> list[tuple[int, int, int]]:
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def go() -> list[tuple[int, int, int]]:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=cluster.kafka_bootstrap,
+            enable_idempotence=True,
+            linger_ms=2,
+            request_timeout_ms=30_000,
+        )
+        await producer.start()
+        try:
+            futures = []
+            for i in range(COUNT):
+                futures.append(
+                    await producer.send(topic, value=b"%d" % i, partition=i % PARTITIONS)
+                )
+                if i == COUNT // 3:
+                    await producer.flush()
+                if i == COUNT // 3 + 200:
+                    cluster.kill(victim)
+                if i % 500 == 0:
+                    await asyncio.sleep(0.05)
+            metas = await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+        return [(m.partition, m.offset, i) for i, m in enumerate(metas)]
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("client", ["confluent", "aiokafka"])
+def test_leader_sigkill_during_idempotent_produce(tmp_path: Path, client: str) -> None:
     cluster = start_cluster(tmp_path, 3, kafka=True)
     try:
         topic = "failover"
@@ -58,46 +125,15 @@ def test_leader_sigkill_during_idempotent_produce(tmp_path: Path) -> None:
 
         run_sync(create())
         victim = leader_of(cluster.kafka_bootstrap, topic, 0)
-        producer = confluent_kafka.Producer(
-            {
-                "bootstrap.servers": cluster.kafka_bootstrap,
-                "enable.idempotence": True,
-                "linger.ms": 2,
-                "batch.num.messages": 200,
-                "message.timeout.ms": 120_000,
-            }
-        )
-        acked: list[tuple[int, int, int]] = []
-        failed: list[Any] = []
-
-        def delivered(err: Any, msg: Any) -> None:
-            if err is not None:
-                failed.append(err)
-            else:
-                acked.append((msg.partition(), msg.offset(), int(msg.value())))
-
-        killed = threading.Event()
-        for i in range(COUNT):
-            producer.produce(
-                topic, value=b"%d" % i, partition=i % PARTITIONS, on_delivery=delivered
-            )
-            producer.poll(0)
-            if i == COUNT // 3:
-                producer.flush(60)  # some acknowledged before the kill, the rest around it
-            if i == COUNT // 3 + 200:
-                cluster.kill(victim)
-                killed.set()
-            if i % 500 == 0:
-                time.sleep(0.05)
-        assert producer.flush(120) == 0
-        assert killed.is_set()
+        produce = produce_confluent if client == "confluent" else produce_aiokafka
+        acked = produce(cluster, topic, victim)
         # the new leader no longer counts the dead node in sync
         deadline = time.monotonic() + 30
         while victim in isr_of(cluster.kafka_bootstrap, topic, 0):
             assert time.monotonic() < deadline, "the killed node stays in the ISR"
             time.sleep(0.5)
-        assert not failed, failed[:5]
         assert len(acked) == COUNT
+        assert not cluster.nodes[victim].running
 
         consumer = confluent_kafka.Consumer(
             {
