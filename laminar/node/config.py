@@ -59,8 +59,14 @@ class NodeConfig:
             self.advertise_peer = self.peer_listen
         split_address(self.advertise_peer)
         if self.kafka_listen and not self.kafka_advertise:
+            if split_address(self.kafka_listen)[0] in ("0.0.0.0", "::", ""):
+                raise ValueError(
+                    "--kafka-listen binds every interface: give --kafka-advertise, the address "
+                    "Kafka clients are to connect to"
+                )
             self.kafka_advertise = self.kafka_listen
-        for address in [*self.peers.values(), *self.join, *filter(None, [self.kafka_listen])]:
+        kafka = [a for a in (self.kafka_listen, self.kafka_advertise) if a]
+        for address in [*self.peers.values(), *self.join, *kafka]:
             split_address(address)
 
 
