@@ -42,6 +42,15 @@ class NodeConfig:
     """Kafka wire protocol address host:port (laminar/kafka); empty: no Kafka listener."""
     kafka_advertise: str = ""
     """Kafka address clients are given in Metadata; default kafka_listen."""
+    shutdown_handoff_ms: int = 5_000
+    """How long a stopping node spends handing its leaderships over (0: stop at once)."""
+    reap_after_ms: int = DAY_MS
+    """A node down this long is dropped from the gossip, and from the cluster once it holds
+    no replica (``--reap-after``; 0 keeps it forever)."""
+    min_free_bytes: int = 256 * 1024 * 1024
+    """Below this much free space in ``data_dir`` the node takes no new data (``disk.py``)."""
+    max_requests_per_connection: int = 256
+    """Client requests one connection may have in service; beyond, the node stops reading it."""
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)

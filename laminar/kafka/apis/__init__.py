@@ -9,6 +9,7 @@ from __future__ import annotations
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
     api_versions,
+    create_partitions,
     create_topics,
     delete_topics,
     describe_configs,
@@ -26,6 +27,7 @@ MODULES = [
     metadata,
     api_versions,
     create_topics,
+    create_partitions,
     delete_topics,
     describe_configs,
     init_producer_id,
