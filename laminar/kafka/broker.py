@@ -156,6 +156,9 @@ class NodeBroker:
     async def add_partitions(self, name: str, total: int) -> Topic:
         return await self._node.topic_admin.add_partitions(name, total)
 
+    async def alter_topic(self, name: str, changes: dict[str, int]) -> Topic:
+        return await self._node.topic_admin.alter_topic(name, changes)
+
     def refuse_when_full(self, size: int) -> None:
         """DiskFullError while the data directory is below its free-space reserve."""
         self._node.disk.refuse_when_full(size)

@@ -14,6 +14,7 @@ from laminar.kafka.apis import (
     delete_topics,
     describe_configs,
     fetch,
+    incremental_alter_configs,
     init_producer_id,
     list_offsets,
     metadata,
@@ -30,6 +31,7 @@ MODULES = [
     create_partitions,
     delete_topics,
     describe_configs,
+    incremental_alter_configs,
     init_producer_id,
 ]
 
