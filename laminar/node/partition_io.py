@@ -165,9 +165,6 @@ class PartitionIO:
         """(offset, timestamp) of the first committed record at or after ``timestamp``."""
         return first_record_at(replica, timestamp)
 
-    def address_of(self, node_id: int) -> str:
-        return self.node.address_of(node_id)
-
 
 def first_record_at(replica: Replica, timestamp: int) -> tuple[int, int] | None:
     """(offset, timestamp) of the first committed record with a timestamp >= ``timestamp``
