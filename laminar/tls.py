@@ -132,7 +132,7 @@ class SecurityConfig:
 
         return Keyring(self.gossip_keys, encrypt=self.gossip_encrypt, path=self.gossip_key_file)
 
-    def check_exposure(self, listen: str, peer_listen: str) -> None:
+    def check_exposure(self, listen: str, peer_listen: str, kafka_listen: str = "") -> None:
         """Refuse to serve plain ports on a non-loopback address unless ``--insecure``."""
         if self.insecure:
             return
@@ -141,6 +141,9 @@ class SecurityConfig:
         problems = []
         if not is_loopback(split_address(listen)[0]) and not self.tls.on("client"):
             problems.append(f"client port {listen} without TLS")
+        kafka_exposed = kafka_listen and not is_loopback(split_address(kafka_listen)[0])
+        if kafka_exposed and not self.tls.on("kafka"):
+            problems.append(f"Kafka port {kafka_listen} without TLS")
         if not is_loopback(split_address(peer_listen)[0]):
             if not self.tls.on("peer"):
                 problems.append(f"peer port {peer_listen} without TLS")

@@ -13,6 +13,7 @@ import base64
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import ssl
@@ -59,6 +60,33 @@ def free_port_pairs(count: int) -> list[tuple[int, int]]:
     return pairs
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (e.g. Kafka listeners), drawn below the
+    kernel's ephemeral range: a port the kernel handed out for ``bind(0)`` and took back may
+    next be the source port of a node's outgoing connection before the node listens on it."""
+    low, _high = _ephemeral_range()
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(max(1024, low - 12_000), low)
+        if port in ports:
+            continue
+        try:
+            _bind(socket.SOCK_STREAM, port).close()
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def _bind(kind: int, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, kind)
     sock.bind(("127.0.0.1", port))
@@ -74,6 +102,8 @@ class LocalNode:
     log_path: Path
     advertise_peer: str = ""
     """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
+    kafka_address: str = ""
+    """This node's Kafka listener (``--kafka-listen``); "" = none."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -107,18 +137,22 @@ class LocalCluster:
         node_env: Callable[[int], Mapping[str, str]] | None = None,
         tls: bool = False,
         tls_client_auth: bool = False,
+        kafka_ports: Sequence[int] | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
         ``advertised_peers`` (one per node) are the peer addresses the nodes tell each other,
         e.g. fault-injecting proxies in front of the real ports; ``node_env`` adds environment
-        variables to one node's process (test seams such as the power-loss journal).
+        variables to one node's process (test seams such as the power-loss journal);
+        ``kafka_ports`` (one per node) opens a Kafka listener on each node.
         ``tls`` makes a throw-away CA and node certificates under ``root/tls`` (once) and runs
         the nodes with TLS on both ports and authenticated gossip; ``client_ssl`` is then the
         context clients need (with a client certificate if ``tls_client_auth``).
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
+        if kafka_ports is not None and len(kafka_ports) != len(ports):
+            raise ValueError("kafka_ports needs one port per node")
         self.root = Path(root)
         self.node_env = node_env
         self.python = python
@@ -134,6 +168,7 @@ class LocalCluster:
                 data_dir=self.root / f"node-{node_id}",
                 log_path=self.root / f"node-{node_id}.log",
                 advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
+                kafka_address=f"{host}:{kafka_ports[node_id - 1]}" if kafka_ports else "",
             )
         self.tls_dir = self.root / "tls" if tls else None
         self.tls_client_auth = tls_client_auth
@@ -144,6 +179,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(node.client_address for node in self.nodes.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners, comma-separated (Kafka clients' bootstrap.servers)."""
+        return ",".join(n.kafka_address for n in self.nodes.values() if n.kafka_address)
 
     @property
     def peers(self) -> str:
@@ -168,6 +208,7 @@ class LocalCluster:
             "--peer-listen",
             node.peer_address,
             *(["--advertise-peer", node.advertise_peer] if node.advertise_peer else []),
+            *(["--kafka-listen", node.kafka_address] if node.kafka_address else []),
             "--peers",
             self.peers,
             "--log-format",
@@ -224,6 +265,8 @@ class LocalCluster:
         for node in self.nodes.values():
             checks = [(node.client_address, (socket.SOCK_STREAM,))]
             checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
+            if node.kafka_address:
+                checks.append((node.kafka_address, (socket.SOCK_STREAM,)))
             for address, kinds in checks:
                 host, port = split_address(address)
                 for kind in kinds:

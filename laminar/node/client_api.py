@@ -9,29 +9,21 @@ error reply.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from laminar.errors import (
-    CorruptBatchError,
-    CorruptLogError,
     InvalidRequestError,
     LaminarError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
     ProtocolError,
-    RequestTimeoutError,
-    UnknownPartitionError,
-    UnknownTopicError,
 )
 from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
 from laminar.node import admin_wire
 from laminar.node.metadata import Topic
+from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
 from laminar.node.status import cluster_view, move_stage
 from laminar.protocol import (
@@ -52,7 +44,6 @@ from laminar.protocol import (
 from laminar.queues import config_wire as queue_config_wire
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
-from laminar.segment import batch as record_batch
 from laminar.transport import FramedProtocol, split_address
 
 if TYPE_CHECKING:
@@ -69,6 +60,7 @@ maxBytes asks for (whole batches may overshoot a limit by one batch)."""
 class ClientServer:
     def __init__(self, node: Node) -> None:
         self.node = node
+        self.io = PartitionIO(node)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
@@ -207,6 +199,7 @@ class ClientServer:
         acks = body.acks
         if acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
             raise InvalidRequestError(f"acks must be -1, 0 or 1, not {acks}")
+        io = self.io
         refs = list(body.batches)
         results = response.body.init("produce").init("results", len(refs))
         waits: list[tuple[int, Waiter]] = []
@@ -217,98 +210,45 @@ class ClientServer:
             try:
                 if is_internal(ref.topic):
                     raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
-                replica = self._leader_replica(ref.topic, ref.partition)
+                replica = io.leader_replica(ref.topic, ref.partition)
                 self.node.disk.refuse_when_full(ref.payloadLength)
                 end = ref.payloadOffset + ref.payloadLength
                 if end > len(payload):
                     raise InvalidRequestError("batch reference runs past the frame payload")
                 data = payload[ref.payloadOffset : end]
-                header = record_batch.verify_batch(data, self.node.config.max_batch_bytes)
-                if record_batch.is_control(header):
-                    raise InvalidRequestError("clients may not produce control batches")
-                earlier = replica.storage.producers.find(header)
-                if earlier is not None:  # a retry of a batch this log already holds
-                    base, last = earlier.base_offset, earlier.last_offset
-                else:
-                    base, last = replica.raft.propose(data, header.record_count)
-                    replica.storage.producers.record(header, base, last)
+                base, last = io.append(replica, data, io.verify(data))
                 slot.baseOffset = base
                 slot.lastOffset = last
                 touched.add(replica)
-                if acks == ACKS_ALL and last > replica.raft.commit:
-                    waiter = Waiter(last, asyncio.get_running_loop().create_future())
-                    replica.commit_waiters.append(waiter)
-                    waits.append((position, waiter))
+                if acks == ACKS_ALL:
+                    waiter = io.commit_waiter(replica, last)
+                    if waiter is not None:
+                        waits.append((position, waiter))
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 slot.baseOffset = slot.lastOffset = -1
-        for replica in touched:
-            if acks == ACKS_LEADER:
-                self.node.runtime.process_now(replica)  # written to the leader's log on return
-            else:
-                self.node.runtime.wake(replica)
+        io.appended(touched, acks)
         if waits:
-            await self._await_commits(results, waits, body.timeoutMs or 30_000)
-
-    async def _await_commits(
-        self, results: Any, waits: list[tuple[int, Waiter]], timeout_ms: int
-    ) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_ms / 1000):
-                await settled(waiter.future for _, waiter in waits)
-        for position, waiter in waits:
-            future = waiter.future
-            error: BaseException | None
-            if not future.done() or future.cancelled():
-                future.cancel()
-                error = RequestTimeoutError("the write did not commit in time; it may still")
-            else:
-                error = future.exception()
-            if error is not None:
-                fill_error(results[position].error, error)
+            outcomes = await io.await_commits([w for _, w in waits], body.timeoutMs or 30_000)
+            for (position, _), error in zip(waits, outcomes, strict=True):
+                if error is not None:
+                    fill_error(results[position].error, error)
 
     def _queue_replica(self, topic_name: str, partition: int) -> Replica:
         if is_internal(topic_name):
             raise InvalidRequestError(f"{topic_name} cannot be read as a queue")
-        return self._leader_replica(topic_name, partition)
-
-    def _leader_replica(self, topic_name: str, partition: int) -> Replica:
-        replica = self._any_replica(topic_name, partition)
-        if not replica.is_leader:
-            raise replica.not_leader(self.node.address_of)
-        return replica
-
-    def _any_replica(self, topic_name: str, partition: int) -> Replica:
-        topic = self.node.state.topics.get(topic_name)
-        if topic is None:
-            raise UnknownTopicError(f"unknown topic {topic_name!r}")
-        if partition >= len(topic.partitions):
-            raise UnknownPartitionError(
-                f"topic {topic_name!r} has {len(topic.partitions)} partitions, "
-                f"not partition {partition}"
-            )
-        replica = self.node.replica_for(topic_name, partition)
-        if replica is None:
-            leader = topic.partitions[partition].leader
-            raise NotLeaderError(
-                f"no replica of {topic_name}/{partition} on this node",
-                leader,
-                self.node.address_of(leader) if leader else "",
-            )
-        return replica
+        return self.io.leader_replica(topic_name, partition)
 
     # fetch -----------------------------------------------------------------------------------
     async def _on_fetch(self, body: Any, response: Any, _payload: memoryview) -> list[bytes]:
+        io = self.io
         wanted = list(body.partitions)
         max_wait = min(body.maxWaitMs, MAX_FETCH_WAIT_MS) / 1000
         replicas: list[Replica | LaminarError] = []
         for ask in wanted:
             try:
-                replica = self._any_replica(ask.topic, ask.partition)
-                if not (replica.log.start_offset <= ask.offset <= replica.high_watermark):
-                    raise OffsetOutOfRangeError(
-                        ask.offset, replica.log.start_offset, replica.high_watermark
-                    )
+                replica = io.any_replica(ask.topic, ask.partition)
+                io.check_fetch_offset(replica, ask.offset)
                 replicas.append(replica)
             except LaminarError as exc:
                 replicas.append(exc)
@@ -316,14 +256,8 @@ class ClientServer:
             isinstance(r, Replica) and ask.offset < r.high_watermark
             for r, ask in zip(replicas, wanted, strict=True)
         )
-        if not has_data and max_wait > 0 and any(isinstance(r, Replica) for r in replicas):
-            waiter = asyncio.get_running_loop().create_future()
-            for replica in replicas:
-                if isinstance(replica, Replica):
-                    replica.fetch_waiters.append(waiter)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max_wait):
-                    await waiter  # one loop turn after the high watermark moved
+        if not has_data:
+            await io.wait_for_data([r for r in replicas if isinstance(r, Replica)], max_wait)
         results = response.body.init("fetch").init("results", len(wanted))
         chunks: list[bytes] = []
         position = 0
@@ -341,15 +275,7 @@ class ClientServer:
             if ask.offset >= high or budget <= 0 or replica.closed:
                 continue
             try:
-                limit = min(ask.maxBytes or budget, budget)
-                with replica.log.read(ask.offset, limit, upto=high) as log_slice:
-                    view = log_slice.tobytes()
-            except CorruptLogError as exc:
-                # Never serve damaged bytes: the replica goes offline and is repaired from its
-                # peers; the client is sent to the (new) leader meanwhile.
-                self.node.runtime.fail(replica, exc)
-                fill_error(slot.error, NotLeaderError("replica offline after a storage fault"))
-                continue
+                view = io.read(replica, ask.offset, min(ask.maxBytes or budget, budget))
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 continue
@@ -367,15 +293,14 @@ class ClientServer:
             slot.topic = query.topic
             slot.partition = query.partition
             try:
-                replica = self._any_replica(query.topic, query.partition)
-                high = replica.high_watermark
+                replica = self.io.any_replica(query.topic, query.partition)
                 if query.timestamp == EARLIEST:
                     slot.offset = replica.log.start_offset
                 elif query.timestamp == LATEST:
-                    slot.offset = high
+                    slot.offset = replica.high_watermark
                 else:
-                    found = first_offset_at(replica, query.timestamp)
-                    slot.offset = found if found is not None and found < high else -1
+                    found = self.io.offset_for_time(replica, query.timestamp)
+                    slot.offset = -1 if found is None else found
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 slot.offset = -1
@@ -445,40 +370,3 @@ class ClientServer:
             slot.nodeId = fault["node_id"]
             slot.state = fault["state"]
             slot.error = fault["error"]
-
-
-async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
-    """Wait until every future is done, successful or not. The task resumes one loop turn
-    after the last one is done (``asyncio.wait`` takes two: its callback, then the task), which
-    is on the path of every acks=all reply."""
-    for future in futures:
-        if not future.done():
-            with contextlib.suppress(Exception):
-                await future
-
-
-def first_offset_at(replica: Replica, timestamp: int) -> int | None:
-    """The first record offset with a timestamp >= ``timestamp`` (Kafka's ListOffsets).
-
-    The time index finds the first batch whose newest record reaches the time; the records
-    inside that one batch are then checked, since a batch spans a range of timestamps (a
-    compressed batch is inflated for that, as Kafka's broker does, unless its first record
-    already qualifies; one that does not inflate answers its base offset, and its readers
-    get the CorruptBatchError).
-    """
-    found = replica.log.offset_for_timestamp(timestamp)
-    if found is None:
-        return None
-    (batch,) = replica.log.batches(found, found + 1, 1)[:1]
-    header = record_batch.read_header(batch)
-    if header.first_timestamp >= timestamp:
-        return header.base_offset
-    try:
-        records = record_batch.decode_records(batch)
-    except CorruptBatchError as exc:
-        log.warning("batch does not decode for a time lookup", offset=found, error=str(exc))
-        return found
-    for record in records:
-        if record.timestamp >= timestamp:
-            return record.offset
-    return found

@@ -39,6 +39,10 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
+    kafka_listen: str = ""
+    """Kafka wire protocol address host:port (laminar/kafka); empty: no Kafka listener."""
+    kafka_advertise: str = ""
+    """Kafka address clients are given in Metadata; default kafka_listen."""
     shutdown_handoff_ms: int = 5_000
     """How long a stopping node spends handing its leaderships over (0: stop at once)."""
     reap_after_ms: int = DAY_MS
@@ -66,9 +70,17 @@ class NodeConfig:
         if not self.advertise_peer:
             self.advertise_peer = self.peer_listen
         split_address(self.advertise_peer)
-        for address in [*self.peers.values(), *self.join]:
+        if self.kafka_listen and not self.kafka_advertise:
+            if split_address(self.kafka_listen)[0] in ("0.0.0.0", "::", ""):
+                raise ValueError(
+                    "--kafka-listen binds every interface: give --kafka-advertise, the address "
+                    "Kafka clients are to connect to"
+                )
+            self.kafka_advertise = self.kafka_listen
+        kafka = [a for a in (self.kafka_listen, self.kafka_advertise) if a]
+        for address in [*self.peers.values(), *self.join, *kafka]:
             split_address(address)
-        self.security.check_exposure(self.listen, self.peer_listen)
+        self.security.check_exposure(self.listen, self.peer_listen, self.kafka_listen)
 
 
 def parse_peers(text: str) -> dict[int, str]:

@@ -19,6 +19,8 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.groups.service import INTERNAL_TOPIC, GroupService
+from laminar.kafka.broker import NodeBroker
+from laminar.kafka.server import KafkaServer
 from laminar.membership.driver import TICK_SECONDS, SwimDriver
 from laminar.membership.swim import SwimConfig
 from laminar.node.amnesia import Amnesia
@@ -130,6 +132,7 @@ class Node:
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
         self.client_server = ClientServer(self)
+        self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -163,6 +166,9 @@ class Node:
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
+        if self.kafka_server is not None:
+            tls = self.config.security.tls.server_context("kafka")
+            await self.kafka_server.start(self.config.kafka_listen, tls)
         if known_dir:
             await self._start_network()
         self.runtime.start()
@@ -181,6 +187,7 @@ class Node:
             node_id=self.node_id,
             listen=self.config.listen,
             peer_listen=self.config.peer_listen,
+            kafka_listen=self.config.kafka_listen or None,
             metadata_voters=voters,
         )
 
@@ -225,6 +232,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         await self.client_server.stop()
+        if self.kafka_server is not None:
+            await self.kafka_server.stop()
         await self.groups.stop()
         await self.queues.stop()
         await self.swim.stop()
@@ -254,6 +263,7 @@ class Node:
             "peer_address": self.config.advertise_peer,
             "incarnation": self.amnesia.incarnation,
             "rack": self.config.rack,
+            "kafka_address": self.config.kafka_advertise,
         }
         while True:
             try:
