@@ -288,6 +288,7 @@ class Node:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
                 self._open_partition(topic, command["partition"], index)
+                self.spawn(self._report_move_target_ready(command))
         elif result is not None and (
             (op == "finish_move" and command["from"] == self.node_id)
             or (op == "abort_move" and command["to"] == self.node_id)
@@ -298,6 +299,37 @@ class Node:
                 if replica is not None:
                     log.info("replica moved away", topic=topic.name, partition=replica.partition)
                     self.spawn(self._delete_files(replica))
+
+    async def _report_move_target_ready(self, command: dict[str, Any]) -> None:
+        """Tell the partition's leader, through the metadata, that this node applied the
+        move's ``start_move``: only then may it add this node to the Raft group (see
+        ``PartitionAssignment.target_ready``). Retried until recorded or the move is over."""
+        topic_id, partition, move_id = (
+            command["topic_id"],
+            command["partition"],
+            command["request_id"],
+        )
+        ready = {
+            "op": "move_target_ready",
+            "topic_id": topic_id,
+            "partition": partition,
+            "to": self.node_id,
+            "move_id": move_id,
+            "request_id": f"ready-{move_id}",
+        }
+        while True:
+            topic = self.state.topic_by_id(topic_id)
+            if topic is None or partition >= len(topic.partitions):
+                return
+            assignment = topic.partitions[partition]
+            if assignment.move_id != move_id or assignment.target_ready:
+                return  # recorded, or the move is over (also: a replay of an old move)
+            try:
+                await self.metadata_service.propose(ready)
+                return
+            except (LaminarError, ConnectionError) as exc:
+                log.debug("move target readiness not yet recorded", error=str(exc))
+                await asyncio.sleep(0.2)
 
     async def _delete_files(self, replica: Replica) -> None:
         self.amnesia.closed(replica.group)
