@@ -98,7 +98,9 @@ def test_a_move_back_is_not_answered_by_the_replica_the_target_held_before() -> 
     answer for the new one. The leader adds the target once the target recorded that it applied
     the move (``move_target_ready``). Without that wait the old replica caught up as the learner
     and got node 2 promoted; the empty replica that replaced it moments later was then a voter
-    whose match the leader took for granted and which it never caught up."""
+    whose match the leader took for granted and which it never caught up (here: the leader's
+    probe at that match and the replica's refusal go back and forth for ever, "network did not
+    quiesce"; on real nodes, tests/test_node_rebalance.py timed out with it far behind)."""
     net = group()
     leader_view = state_with([1, 2, 3, 4], [[1, 2, 3]])  # the metadata as node 1 applied it
     commands: list[dict[str, object]] = []  # the metadata log, which node 2 applies late
