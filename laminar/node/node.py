@@ -369,6 +369,7 @@ class Node:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
                 self._open_partition(topic, command["partition"], index)
+                self.spawn(self._report_move_target_ready(command, index))
         elif result is not None and (
             (op == "finish_move" and command["from"] == self.node_id)
             or (op == "abort_move" and command["to"] == self.node_id)
@@ -389,6 +390,44 @@ class Node:
             for partition in partitions[start : start + OPEN_AT_ONCE]:
                 self._open_partition(topic, partition, origin)
             await asyncio.sleep(0)
+
+    async def _report_move_target_ready(self, command: dict[str, Any], index: int) -> None:
+        """Tell the partition's leader, through the metadata, that this node applied the
+        move's ``start_move`` (at ``index``): only then may it add this node to the Raft group
+        (see ``PartitionAssignment.target_ready``). Retried until recorded or the move is over.
+
+        Said only once this node's metadata log holds the command durably, so that a restart
+        never replays to a point where an older replica of the group was still hosted here."""
+        topic_id, partition, move_id = (
+            command["topic_id"],
+            command["partition"],
+            command["request_id"],
+        )
+        ready = {
+            "op": "move_target_ready",
+            "topic_id": topic_id,
+            "partition": partition,
+            "to": self.node_id,
+            "move_id": move_id,
+            "request_id": f"ready-{move_id}",
+        }
+        while True:
+            topic = self.state.topic_by_id(topic_id)
+            if topic is None or partition >= len(topic.partitions):
+                return
+            assignment = topic.partitions[partition]
+            if assignment.move_id != move_id or assignment.target_ready:
+                return  # recorded, or the move is over (also: a replay of an old move)
+            metadata = self.metadata
+            if metadata is None or metadata.closed or metadata.log.durable_offset <= index:
+                await asyncio.sleep(0.05)  # the group commit makes it durable within a pass
+                continue
+            try:
+                await self.metadata_service.propose(ready)
+                return
+            except (LaminarError, ConnectionError) as exc:
+                log.debug("move target readiness not yet recorded", error=str(exc))
+                await asyncio.sleep(0.2)
 
     async def _delete_files(self, replica: Replica) -> None:
         self.amnesia.closed(replica.group)
