@@ -305,6 +305,20 @@ def node_start(
     group_offsets_retention: Annotated[
         float, typer.Option(help="Seconds a group with no members keeps its offsets (7 days).")
     ] = 7 * 24 * 3600.0,
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            help="host:port serving Prometheus /metrics, /healthz and /readyz over HTTP "
+            "(default: off)."
+        ),
+    ] = "",
+    metrics_per_partition: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-per-partition",
+            help="Label log and Raft metrics per partition (default: per topic).",
+        ),
+    ] = False,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.groups.settings import GroupSettings
@@ -341,6 +355,8 @@ def node_start(
             max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
+            metrics_listen=metrics_listen,
+            metrics_per_partition=metrics_per_partition,
             groups=GroupSettings(
                 partitions=group_partitions,
                 session_timeout_ms=int(group_session_timeout * 1000),
@@ -412,16 +428,19 @@ def dev(
     ),
     nodes: Annotated[int, typer.Option(help="How many nodes.", min=1, max=9)] = 3,
     base_port: Annotated[
-        int, typer.Option(help="Node N listens on base+100*(N-1), peers on that +1.")
+        int,
+        typer.Option(
+            help="Node N listens on base+100*(N-1), peers on that +1, HTTP metrics on +2."
+        ),
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
-    if ports[-1][1] > 65535:
+    if ports[-1][1] + 1 > 65535:
         fail("--base-port is too high for that many nodes")
-    cluster = LocalCluster(data_dir, ports)
+    cluster = LocalCluster(data_dir, ports, metrics_ports=[p + 2 for p, _ in ports])
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -493,6 +512,7 @@ def _dev_banner(cluster: LocalCluster, topic: str) -> str:
     flag = "" if bootstrap == DEFAULT_BOOTSTRAP else f" --bootstrap {bootstrap}"
     nodes = "\n".join(
         f"  node {n.node_id}: {n.client_address} (pid {n.pid}, log {n.log_path})"
+        + (f"\n          metrics http://{n.metrics_address}/metrics" if n.metrics_address else "")
         for n in cluster.nodes.values()
     )
     return f"""

@@ -72,6 +72,8 @@ class LocalNode:
     log_path: Path
     advertise_peer: str = ""
     """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
+    metrics_address: str = ""
+    """HTTP address of /metrics, /healthz and /readyz (``--metrics-listen``); "" = off."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -103,15 +105,19 @@ class LocalCluster:
         extra_args: Sequence[str] = (),
         advertised_peers: Sequence[str] | None = None,
         node_env: Callable[[int], Mapping[str, str]] | None = None,
+        metrics_ports: Sequence[int] | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
         ``advertised_peers`` (one per node) are the peer addresses the nodes tell each other,
         e.g. fault-injecting proxies in front of the real ports; ``node_env`` adds environment
-        variables to one node's process (test seams such as the power-loss journal).
+        variables to one node's process (test seams such as the power-loss journal);
+        ``metrics_ports`` (one per node) turn on each node's HTTP metrics and health port.
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
+        if metrics_ports is not None and len(metrics_ports) != len(ports):
+            raise ValueError("metrics_ports needs one port per node")
         self.root = Path(root)
         self.node_env = node_env
         self.python = python
@@ -127,6 +133,7 @@ class LocalCluster:
                 data_dir=self.root / f"node-{node_id}",
                 log_path=self.root / f"node-{node_id}.log",
                 advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
+                metrics_address=f"{host}:{metrics_ports[node_id - 1]}" if metrics_ports else "",
             )
 
     @property
@@ -162,6 +169,7 @@ class LocalCluster:
             self.log_format,
             "--log-level",
             self.log_level,
+            *(["--metrics-listen", node.metrics_address] if node.metrics_address else []),
             *self.extra_args,
         ]
 
@@ -171,6 +179,8 @@ class LocalCluster:
         for node in self.nodes.values():
             checks = [(node.client_address, (socket.SOCK_STREAM,))]
             checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
+            if node.metrics_address:
+                checks.append((node.metrics_address, (socket.SOCK_STREAM,)))
             for address, kinds in checks:
                 host, port = split_address(address)
                 for kind in kinds:

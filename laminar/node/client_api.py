@@ -9,6 +9,7 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -88,6 +89,9 @@ class ClientServer:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def connection_count(self) -> int:
+        return len(self._connections)
+
     def _protocol(self) -> FramedProtocol:
         protocol: FramedProtocol
 
@@ -117,6 +121,7 @@ class ClientServer:
     async def _serve(
         self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
     ) -> None:
+        started = time.perf_counter()
         response = client_schema.Response.new_message()
         out_payload: list[Any] = []
         no_reply_wanted = False
@@ -143,6 +148,7 @@ class ClientServer:
             log.exception("request failed")
             fill_error(response.error, ProtocolError(f"could not serve request: {exc}"))
             out_payload = []
+        self.node.request_stats.served(which, body, started)
         if no_reply_wanted:
             return
         if not connection.closed:
@@ -219,6 +225,7 @@ class ClientServer:
                 else:
                     base, last = replica.raft.propose(data, header.record_count)
                     replica.storage.producers.record(header, base, last)
+                    self.node.request_stats.produce(ref.topic, header.record_count, len(data))
                 slot.baseOffset = base
                 slot.lastOffset = last
                 touched.add(replica)
@@ -328,6 +335,7 @@ class ClientServer:
                 limit = min(ask.maxBytes or budget, budget)
                 with replica.log.read(ask.offset, limit, upto=high) as log_slice:
                     view = log_slice.tobytes()
+                    offsets = log_slice.next_offset - ask.offset
             except CorruptLogError as exc:
                 # Never serve damaged bytes: the replica goes offline and is repaired from its
                 # peers; the client is sent to the (new) leader meanwhile.
@@ -338,6 +346,7 @@ class ClientServer:
                 fill_error(slot.error, exc)
                 continue
             slot.payloadLength = len(view)
+            self.node.request_stats.fetch(ask.topic, offsets, len(view))
             chunks.append(view)
             position += len(view)
             budget -= len(view)

@@ -50,6 +50,10 @@ class NodeConfig:
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
+    metrics_listen: str = ""
+    """HTTP address serving /metrics, /healthz and /readyz (``--metrics-listen``; "" = off)."""
+    metrics_per_partition: bool = False
+    """Label log and Raft metrics per partition, not only per topic."""
     log_format: str = "console"
     log_level: str = "info"
 
@@ -65,6 +69,8 @@ class NodeConfig:
         split_address(self.advertise_peer)
         for address in [*self.peers.values(), *self.join]:
             split_address(address)
+        if self.metrics_listen:
+            split_address(self.metrics_listen)
 
 
 def parse_peers(text: str) -> dict[int, str]:

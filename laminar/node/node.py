@@ -35,6 +35,8 @@ from laminar.node.metadata import (
     group_id,
 )
 from laminar.node.metadata_service import MetadataService, now_ms
+from laminar.node.metrics import RequestStats
+from laminar.node.observability import Observability
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.readmission import IdentityCheck, Readmission
@@ -120,8 +122,10 @@ class Node:
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
+        self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
         self.swim.subscribe(self.placement.on_member_event)
+        self.observability = Observability(self) if config.metrics_listen else None
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -154,6 +158,8 @@ class Node:
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
+        if self.observability is not None:
+            await self.observability.start()
         if known_dir:
             await self._start_network()
         self.runtime.start()
@@ -216,6 +222,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         await self.client_server.stop()
+        if self.observability is not None:
+            await self.observability.stop()
         await self.groups.stop()
         await self.queues.stop()
         await self.swim.stop()
@@ -415,6 +423,7 @@ class Node:
         return log_config(settings, self.config.max_batch_bytes)
 
     def _leader_changed(self, replica: Replica) -> None:
+        self.request_stats.leader_changed(replica.topic)
         if replica.topic == INTERNAL_TOPIC:
             self.groups.leader_changed(replica)
         elif replica.group != METADATA_GROUP:

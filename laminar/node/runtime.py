@@ -30,6 +30,7 @@ from laminar.node.raft_codec import GroupMessage
 from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
@@ -77,6 +78,11 @@ class MultiRaft:
         self._tasks: list[asyncio.Task[None]] = []
         self.flush_cycles = 0
         self.ticks = 0
+        # metrics (node/metrics.py reads them at scrape time): fsync_seconds is written by the
+        # flush thread only, the other two by the loop only
+        self.fsync_seconds = Buckets()
+        self.commit_seconds = Buckets()
+        self.commit_logs = Buckets(COUNT_BOUNDS)
         self._flushing = False
         self._close_after_flush: list[Replica] = []
 
@@ -334,8 +340,9 @@ class MultiRaft:
                 held, replica.after_persist = replica.after_persist, []
                 jobs.append((replica, last, term, held, replica.state_to_save()))
             self._flushing = True
+            started = time.perf_counter()
             try:
-                await loop.run_in_executor(self._executor, _sync, jobs)
+                await loop.run_in_executor(self._executor, _sync, jobs, self.fsync_seconds)
             except Exception:
                 # The kernel may have dropped dirty pages: acknowledging anything more could
                 # lose it. Crash-stop; a restart recovers from what is really on disk.
@@ -347,6 +354,8 @@ class MultiRaft:
                     _close(replica)
                 self._close_after_flush.clear()
             self.flush_cycles += 1
+            self.commit_seconds.observe(time.perf_counter() - started)
+            self.commit_logs.observe(len(jobs))
             for replica, last, term, held, _ in jobs:
                 if replica.closed:
                     continue
@@ -384,11 +393,14 @@ def _stop_if_died(task: asyncio.Task[None]) -> None:
     os._exit(EXIT_STORAGE_FAILURE)
 
 
-def _sync(jobs: list[FlushJob]) -> None:
+def _sync(jobs: list[FlushJob], fsync_seconds: Buckets) -> None:
     """Runs in the flush thread: make logs and changed hard states durable."""
+    clock = time.perf_counter
     for replica, _last, _term, _held, state in jobs:
         if replica.closed:
             continue
+        started = clock()
         replica.log.flush()
+        fsync_seconds.observe(clock() - started)
         if state is not None:
             save_state(replica.directory, *state)
