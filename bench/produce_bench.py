@@ -186,13 +186,31 @@ def fsync_baseline(directory: Path, megabytes: int) -> float:
     return megabytes * 1.048576 / elapsed
 
 
+async def scrape_every(addresses: list[str], interval: float) -> None:
+    """GET /metrics from every node each ``interval`` s, as a Prometheus server would."""
+    while True:
+        await asyncio.sleep(interval)
+        for address in addresses:
+            host, port = address.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+            await reader.read()
+            writer.close()
+
+
 async def run_cluster(
     root: Path, nodes: int, rf: int, seconds: float, args: argparse.Namespace
 ) -> dict[str, Any]:
-    cluster = LocalCluster(root, free_port_pairs(nodes), log_level="warning")
+    pairs = free_port_pairs(nodes)
+    metrics_ports = [port for port, _ in free_port_pairs(nodes)] if args.metrics else None
+    cluster = LocalCluster(root, pairs, log_level="warning", metrics_ports=metrics_ports)
     cluster.start()
+    scraper: asyncio.Task[None] | None = None
     try:
         await cluster.wait_ready(60)
+        if args.metrics:
+            addresses = [node.metrics_address for node in cluster.nodes.values()]
+            scraper = asyncio.create_task(scrape_every(addresses, args.scrape_interval))
         async with Admin(cluster.bootstrap) as admin:
             await admin.create_topic(TOPIC, partitions=3, replication_factor=rf)
             for _ in range(100):
@@ -215,6 +233,8 @@ async def run_cluster(
             )
         return result
     finally:
+        if scraper is not None:
+            scraper.cancel()
         cluster.stop()
 
 
@@ -240,6 +260,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "raw_fsync_write_mb_s": round(disk, 1),
         "r3_vs_disk_ratio": round(r3["lean"]["mb_s"] / disk, 3),
         "consume_vs_loopback_ratio": round(r3["consume_mb_s"] / loopback, 3),
+        "metrics": f"on, scraped every {args.scrape_interval} s" if args.metrics else "off",
         "client": (
             f"lean: pre-built {args.records_per_batch}-record batches, {args.in_flight} (R3) / "
             f"{args.in_flight_r1} (R1) requests in flight per partition, one uvloop process"
@@ -259,6 +280,12 @@ if __name__ == "__main__":
     parser.add_argument(
         "--in-flight-r1", type=int, default=4, help="R1 requests in flight per partition"
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="nodes serve /metrics (--metrics-listen), scraped during the run",
+    )
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
     arguments = parser.parse_args()
     if arguments.seconds is None:
         arguments.seconds = 8.0 if arguments.quick else 15.0

@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ import structlog
 import typer
 import uvloop
 
+from laminar.cli_health import leaderless, render_health, under_replicated
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
     Admin,
@@ -31,7 +32,7 @@ from laminar.client import (
     Producer,
     TopicPartition,
 )
-from laminar.client.descriptions import ClusterStatus
+from laminar.client.descriptions import ClusterStatus, TopicDescription
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
 from laminar.errors import LaminarError, TopicExistsError
@@ -896,20 +897,29 @@ def cluster_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
-    """Members, partitions, leaders and replica lag."""
+    """Under-replicated and leaderless partitions, members, partitions, leaders, replica lag."""
 
-    async def go() -> ClusterStatus:
+    async def go() -> tuple[ClusterStatus, list[TopicDescription]]:
         async with Admin(bootstrap) as admin:
-            return await admin.cluster_status()
+            status = await admin.cluster_status()
+            names = await admin.list_topics()
+            described = await asyncio.gather(
+                *(admin.describe_topic(name) for name in names), return_exceptions=True
+            )
+            return status, [t for t in described if isinstance(t, TopicDescription)]
 
-    status = run(go)
+    status, topics = run(go)
     if as_json:
-        typer.echo(json.dumps(asdict(status), indent=2))
+        shown = asdict(status)
+        shown["under_replicated"] = [asdict(p) for p in under_replicated(status, topics)]
+        shown["leaderless"] = [asdict(p) for p in leaderless(status, topics)]
+        typer.echo(json.dumps(shown, indent=2))
         return
-    typer.echo(render_status(status))
+    typer.echo(render_status(status, topics))
 
 
-def render_status(status: ClusterStatus) -> str:
+def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()) -> str:
+    """The status as tables, partitions needing attention first (``cli_health.py``)."""
     members = [["NODE", "ADDRESS", "STATE", "INCARNATION", "VOTER", "REPLICAS", "LEADERS"]]
     for m in status.members:
         node = f"{m.node_id}*" if m.node_id == status.metadata_leader else str(m.node_id)
@@ -925,6 +935,7 @@ def render_status(status: ClusterStatus) -> str:
             ]
         )
     parts = [
+        *render_health(status, topics, render_table),
         f"members ({len(status.members)}; * = metadata leader)",
         render_table(members),
         "",
