@@ -130,6 +130,8 @@ class Node:
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.observability is not None:  # first: /healthz and /readyz answer during start-up
+            await self.observability.start()
         self.disk.check()
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
@@ -158,8 +160,6 @@ class Node:
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
-        if self.observability is not None:
-            await self.observability.start()
         if known_dir:
             await self._start_network()
         self.runtime.start()
