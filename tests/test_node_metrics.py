@@ -11,6 +11,8 @@ under-replicated. Every scrape is parsed with prometheus_client's own parser.
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,6 +59,12 @@ async def scrape(address: str) -> Samples:
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+def dashboard_metrics() -> set[str]:
+    path = Path(__file__).resolve().parent.parent / "examples" / "grafana-dashboard.json"
+    exprs = [t["expr"] for p in json.loads(path.read_text())["panels"] for t in p["targets"]]
+    return {name for expr in exprs for name in re.findall(r"laminar_[a-z_]+", expr)}
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -142,10 +150,32 @@ async def test_metrics_and_health_of_a_cluster(tmp_path: Path) -> None:
         assert value(lead, "laminar_swim_members", state="alive") == 3
         assert value(lead, "laminar_connections", port="peer") == 2
         assert value(lead, "laminar_event_loop_lag_seconds_count") > 0
+        _, text = await http_get(http[leader], "/metrics")
+        families = list(text_string_to_metric_families(text))
+        known = {f.name for f in families} | {s.name for f in families for s in f.samples}
+        for suffix in ("_bucket", "_count", "_sum", "_total"):
+            known |= {f"{f.name}{suffix}" for f in families}
+        assert dashboard_metrics() <= known, dashboard_metrics() - known
         for samples in scraped.values():
             assert value(samples, "laminar_partitions_leaderless", topic=TOPIC) == 0
             assert ("laminar_partitions_leaderless", (("topic", TOPIC),)) in samples
             assert value(samples, "laminar_replicas", topic=TOPIC) == 1
+
+        async with Admin(cluster.bootstrap) as admin:
+            await admin.commit_offsets("readers", {TopicPartition(TOPIC, 0): 100})
+
+        async def lag_reported() -> bool:
+            lags = []
+            for address in http.values():
+                samples = await scrape(address)
+                lag = value(samples, "laminar_consumer_group_lag", group="readers", topic=TOPIC)
+                if lag:  # high watermark: the records, plus a leader's no-op entry or two
+                    high = value(samples, "laminar_log_high_watermark", topic=TOPIC)
+                    assert lag == high - 100 and high >= RECORDS
+                lags.append(lag)
+            return len([lag for lag in lags if lag]) == 1  # by the group's coordinator alone
+
+        await eventually(lag_reported, "the group's coordinator reports its lag")
 
         async def fully_replicated() -> bool:
             samples = await scrape(http[leader])
