@@ -198,12 +198,26 @@ async def scrape_every(addresses: list[str], interval: float) -> None:
             writer.close()
 
 
+def nodes_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the node processes used so far (Linux /proc): what they spend per
+    record is steadier than throughput on a machine shared with other work."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 async def run_cluster(
     root: Path, nodes: int, rf: int, seconds: float, args: argparse.Namespace
 ) -> dict[str, Any]:
     pairs = free_port_pairs(nodes)
-    metrics_ports = [port for port, _ in free_port_pairs(nodes)] if args.metrics else None
-    cluster = LocalCluster(root, pairs, log_level="warning", metrics_ports=metrics_ports)
+    extra: dict[str, Any] = {}
+    if args.metrics:
+        extra["metrics_ports"] = [port for port, _ in free_port_pairs(nodes)]
+    cluster = LocalCluster(root, pairs, log_level="warning", **extra)
     cluster.start()
     scraper: asyncio.Task[None] | None = None
     try:
@@ -218,12 +232,17 @@ async def run_cluster(
                 if all(p.leader for p in parts):
                     break
                 await asyncio.sleep(0.1)
+        pids = [node.pid for node in cluster.nodes.values() if node.pid is not None]
+        cpu_before = nodes_cpu_seconds(pids)
         lean = await lean_produce(
             cluster.bootstrap,
             3,
             seconds,
             args.records_per_batch,
             args.in_flight if rf == 3 else args.in_flight_r1,
+        )
+        lean["node_cpu_us_per_record"] = (
+            (nodes_cpu_seconds(pids) - cpu_before) / max(1, lean["records"]) * 1e6
         )
         result: dict[str, Any] = {"lean": lean}
         if rf == 3:
@@ -250,10 +269,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "r3_mb_s": round(r3["lean"]["mb_s"], 1),
         "r3_p50_ms": round(r3["lean"]["p50_ms"], 2),
         "r3_p99_ms": round(r3["lean"]["p99_ms"], 2),
+        "r3_node_cpu_us_per_record": round(r3["lean"]["node_cpu_us_per_record"], 3),
         "r1_records_per_s": round(r1["lean"]["records_per_s"]),
         "r1_mb_s": round(r1["lean"]["mb_s"], 1),
         "r1_p50_ms": round(r1["lean"]["p50_ms"], 2),
         "r1_p99_ms": round(r1["lean"]["p99_ms"], 2),
+        "r1_node_cpu_us_per_record": round(r1["lean"]["node_cpu_us_per_record"], 3),
         "api_producer_records_per_s": round(r3["api_records_per_s"]),
         "consume_mb_s": round(r3["consume_mb_s"], 1),
         "loopback_tcp_mb_s": round(loopback, 1),
