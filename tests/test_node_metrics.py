@@ -32,6 +32,7 @@ from laminar.client.descriptions import (
 )
 from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.stats import Buckets
+from tests.single_node import SingleNode, create_topic, free_port
 
 TOPIC = "metered"
 RECORDS = 300
@@ -251,3 +252,28 @@ def test_buckets_are_cumulative_like_prometheus() -> None:
     assert buckets.cumulative() == [("0.001", 2), ("0.01", 3), ("+Inf", 4)]
     assert buckets.count == 4
     assert abs(buckets.sum - 2.0065) < 1e-9
+
+
+async def test_readyz_while_a_replica_is_repaired(tmp_path: Path) -> None:
+    """A replica taken offline by a storage fault makes the node unready until it is
+    reopened (in-process node: the fault is injected where the runtime reports one)."""
+    address = f"127.0.0.1:{free_port()}"
+    single = SingleNode(tmp_path, metrics_listen=address)
+    node = await single.start()
+    try:
+        await create_topic(single.bootstrap, "repaired", 1)
+
+        async def ready() -> bool:
+            return (await http_get(address, "/readyz"))[0] == 200
+
+        await eventually(ready, "the node is ready")
+        replica = node.replica_for("repaired", 0)
+        assert replica is not None
+        node.runtime.fail(replica, OSError("injected fault"))
+        code, body = await http_get(address, "/readyz")
+        assert code == 503 and "repaired/0 under repair" in body, body
+        assert value(await scrape(address), "laminar_replicas_offline") == 1
+        await eventually(ready, "the replica is reopened and the node ready again")
+        assert value(await scrape(address), "laminar_replicas_offline") == 0
+    finally:
+        await node.stop()
