@@ -256,9 +256,10 @@ def test_buckets_are_cumulative_like_prometheus() -> None:
 
 async def test_readyz_while_a_replica_is_repaired(tmp_path: Path) -> None:
     """A replica taken offline by a storage fault makes the node unready until it is
-    reopened (in-process node: the fault is injected where the runtime reports one)."""
+    reopened (in-process node: the fault is injected where the runtime reports one). With
+    --metrics-per-partition the log metrics carry the partition."""
     address = f"127.0.0.1:{free_port()}"
-    single = SingleNode(tmp_path, metrics_listen=address)
+    single = SingleNode(tmp_path, metrics_listen=address, metrics_per_partition=True)
     node = await single.start()
     try:
         await create_topic(single.bootstrap, "repaired", 1)
@@ -267,6 +268,11 @@ async def test_readyz_while_a_replica_is_repaired(tmp_path: Path) -> None:
             return (await http_get(address, "/readyz"))[0] == 200
 
         await eventually(ready, "the node is ready")
+        samples = await scrape(address)
+        labels = {"topic": "repaired", "partition": "0"}
+        assert ("laminar_log_end_offset", tuple(sorted(labels.items()))) in samples
+        assert value(samples, "laminar_raft_term", **labels) >= 1
+        assert ("laminar_log_end_offset", (("topic", "repaired"),)) not in samples
         replica = node.replica_for("repaired", 0)
         assert replica is not None
         node.runtime.fail(replica, OSError("injected fault"))
