@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -52,16 +52,14 @@ class RequestStats:
         """topic -> [offsets, bytes] served by this node."""
         self.leadership_changes: dict[str, int] = {}
 
-    def served(self, which: str, body: Any, started: float) -> None:
-        """One client request answered (or failed); times produce and fetch."""
-        self.requests[which] = self.requests.get(which, 0) + 1
+    def served(self, which: str, started: float, acks: int | None = None) -> None:
+        """One client request answered (or failed); times produce (by ``acks``) and fetch."""
+        requests = self.requests
+        requests[which] = requests.get(which, 0) + 1
         if which == "fetch":
             self.fetch_latency.observe(time.perf_counter() - started)
-        elif which == "produce":
-            try:
-                latency = self.produce_latency.get(body.acks)
-            except Exception:  # a malformed request, already answered with an error
-                return
+        elif acks is not None:
+            latency = self.produce_latency.get(acks)
             if latency is not None:
                 latency.observe(time.perf_counter() - started)
 
