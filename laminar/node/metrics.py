@@ -149,7 +149,8 @@ class NodeCollector(Collector):
             labels=["acks"],
         )
         for acks, buckets in stats.produce_latency.items():
-            produce.add_metric([ACKS_NAMES[acks]], buckets.cumulative(), buckets.sum)
+            if acks == -1 or buckets.sum:  # modes never used cost no series (19 lines each)
+                produce.add_metric([ACKS_NAMES[acks]], buckets.cumulative(), buckets.sum)
         yield produce
         yield _histogram(
             "laminar_fetch_latency_seconds",
