@@ -41,10 +41,10 @@ WAIT_S = 30.0
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-async def http_get(address: str, path: str) -> tuple[int, str]:
+async def http_get(address: str, path: str, method: str = "GET") -> tuple[int, str]:
     host, port = address.rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
     raw = await asyncio.wait_for(reader.read(), 10)
     writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -268,6 +268,8 @@ async def test_readyz_while_a_replica_is_repaired(tmp_path: Path) -> None:
             return (await http_get(address, "/readyz"))[0] == 200
 
         await eventually(ready, "the node is ready")
+        assert await http_get(address, "/healthz", "HEAD") == (200, "")
+        assert (await http_get(address, "/metrics", "POST"))[0] == 405
         samples = await scrape(address)
         labels = {"topic": "repaired", "partition": "0"}
         assert ("laminar_log_end_offset", tuple(sorted(labels.items()))) in samples
