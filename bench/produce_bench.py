@@ -258,6 +258,8 @@ async def run_cluster(
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.r1_only:
+        return await r1_only(args)
     with tempfile.TemporaryDirectory(prefix="laminar-bench-") as tmp:
         root = Path(tmp)
         loopback = await loopback_baseline(512 if args.quick else 2048)
@@ -289,6 +291,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def r1_only(args: argparse.Namespace) -> dict[str, Any]:
+    """The 1-node lean produce alone (no baselines): short runs for interleaved A/B."""
+    with tempfile.TemporaryDirectory(prefix="laminar-bench-") as tmp:
+        r1 = (await run_cluster(Path(tmp) / "r1", 1, 1, args.seconds, args))["lean"]
+    return {
+        "r1_records_per_s": round(r1["records_per_s"]),
+        "r1_p50_ms": round(r1["p50_ms"], 2),
+        "r1_p99_ms": round(r1["p99_ms"], 2),
+        "r1_node_cpu_us_per_record": round(r1["node_cpu_us_per_record"], 3),
+        "metrics": f"on, scraped every {args.scrape_interval} s" if args.metrics else "off",
+    }
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (under 60 s)")
@@ -307,6 +322,7 @@ if __name__ == "__main__":
         help="nodes serve /metrics (--metrics-listen), scraped during the run",
     )
     parser.add_argument("--scrape-interval", type=float, default=1.0)
+    parser.add_argument("--r1-only", action="store_true", help="only the 1-node lean produce")
     arguments = parser.parse_args()
     if arguments.seconds is None:
         arguments.seconds = 8.0 if arguments.quick else 15.0
