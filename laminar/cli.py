@@ -24,6 +24,15 @@ import typer
 import uvloop
 
 from laminar.cli_health import leaderless, render_health, under_replicated
+from laminar.cli_tls import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    client_ssl,
+    dev_tls_note,
+    node_security,
+    set_client_tls,
+)
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
     Admin,
@@ -35,8 +44,9 @@ from laminar.client import (
 from laminar.client.descriptions import ClusterStatus, TopicDescription
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
-from laminar.errors import LaminarError, TopicExistsError
+from laminar.errors import LaminarError, TopicExistsError, UnsupportedCompressionError
 from laminar.protocol import ACKS_BY_NAME, EARLIEST, LATEST
+from laminar.segment.compression import codec_of
 
 T = TypeVar("T")
 
@@ -65,11 +75,15 @@ Bootstrap = Annotated[
 
 
 @app.callback()
-def _quiet_library_logs() -> None:
+def _quiet_library_logs(
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None
+) -> None:
     """Client-library logs stay out of command output (errors only, on stderr).
 
-    `laminar node start` sets up the node's own logging instead.
+    `laminar node start` sets up the node's own logging instead. The TLS options apply to
+    every client command: `laminar --tls-ca ca.pem topic list`.
     """
+    set_client_tls(tls_ca, tls_cert, tls_key)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -320,6 +334,34 @@ def node_start(
             help="Label log and Raft metrics per partition (default: per topic).",
         ),
     ] = False,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="This node's certificate (PEM), signed by --tls-ca, named node-<id>."),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Key of --tls-cert (PEM).")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="The cluster CA (PEM): peers and client certs it signed.")
+    ] = None,
+    tls_ports: Annotated[
+        str, typer.Option(help="Listeners that speak TLS once --tls-cert is given.")
+    ] = "client,peer,kafka",
+    tls_client_auth: Annotated[
+        str, typer.Option(help="none or required: clients must present a certificate of the CA.")
+    ] = "none",
+    gossip_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Base64 gossip key (16/24/32 bytes); repeatable, the first sends."),
+    ] = None,
+    gossip_key_file: Annotated[
+        Path | None,
+        typer.Option(help="Gossip keyring file, one base64 key per line; re-read on change."),
+    ] = None,
+    gossip_encrypt: Annotated[
+        bool, typer.Option(help="Encrypt gossip with AES-GCM (not only authenticate it).")
+    ] = False,
+    insecure: Annotated[
+        bool, typer.Option(help="Allow plain (no TLS, no gossip key) non-loopback listeners.")
+    ] = False,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.groups.settings import GroupSettings
@@ -338,6 +380,17 @@ def node_start(
     except UserError as exc:
         fail(str(exc))
     try:
+        security = node_security(
+            tls_cert,
+            tls_key,
+            tls_ca,
+            tls_ports,
+            tls_client_auth,
+            list(gossip_key or []),
+            gossip_key_file,
+            gossip_encrypt,
+            insecure,
+        )
         config = NodeConfig(
             node_id=node_id,
             data_dir=data_dir,
@@ -364,6 +417,7 @@ def node_start(
                 heartbeat_interval_ms=int(group_heartbeat_interval * 1000),
                 offsets_retention_ms=int(group_offsets_retention * 1000),
             ),
+            security=security,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -389,7 +443,7 @@ def node_drain(
     """Move every replica off a node so it can leave the cluster."""
 
     async def go() -> int:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.drain_node(node_id)
             deadline = time.monotonic() + timeout
             while wait:
@@ -414,7 +468,7 @@ def node_undrain(
     """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
 
     async def go() -> None:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.undrain_node(node_id)
 
     run(go)
@@ -436,12 +490,15 @@ def dev(
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
+    tls: Annotated[
+        bool, typer.Option(help="TLS on every port and signed gossip, with a throw-away CA.")
+    ] = False,
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
     if ports[-1][1] + 1 > 65535:
         fail("--base-port is too high for that many nodes")
-    cluster = LocalCluster(data_dir, ports, metrics_ports=[p + 2 for p, _ in ports])
+    cluster = LocalCluster(data_dir, ports, tls=tls, metrics_ports=[p + 2 for p, _ in ports])
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -501,7 +558,7 @@ async def _dev(cluster: LocalCluster, topic: str, ready_timeout: float) -> int:
 
 async def _dev_prepare(cluster: LocalCluster, topic: str, timeout: float) -> None:
     await cluster.wait_ready(timeout)
-    async with Admin(cluster.bootstrap) as admin:
+    async with Admin(cluster.bootstrap, ssl=cluster.client_ssl) as admin:
         if topic not in await admin.list_topics():
             replication = min(3, len(cluster.nodes))
             with contextlib.suppress(TopicExistsError):
@@ -544,7 +601,7 @@ Or from Python:
 
   asyncio.run(main())
 
-Ctrl-C stops the cluster."""
+{dev_tls_note(cluster)}Ctrl-C stops the cluster."""
 
 
 def format_duration(ms: int) -> str:
@@ -601,6 +658,12 @@ def produce(
     ] = None,
     acks: Annotated[str, typer.Option(help="all, leader or none.")] = "all",
     linger_ms: Annotated[float, typer.Option(help="Batching delay.")] = 5.0,
+    compression: Annotated[
+        str,
+        typer.Option(
+            "--compression", "-z", help="none, gzip, snappy, lz4 or zstd (Kafka's codecs)."
+        ),
+    ] = "none",
     delay: Annotated[
         str | None,
         typer.Option(
@@ -620,6 +683,10 @@ def produce(
         fail("give either --value or --file, not both")
     if acks not in ACKS_BY_NAME:
         fail(f"--acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
+    try:
+        codec_of(compression)
+    except UnsupportedCompressionError as exc:
+        fail(f"--compression: {exc}")
     if file is not None and count is not None:
         fail("--file sends one record; --count does not apply")
     try:
@@ -643,7 +710,16 @@ def produce(
 
     async def go() -> tuple[int, list[Any], float]:
         return await _produce(
-            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms, delay_ms
+            bootstrap,
+            topic,
+            payloads,
+            total,
+            partition,
+            headers,
+            acks,
+            linger_ms,
+            delay_ms,
+            compression,
         )
 
     sent, last, elapsed = run(go)
@@ -695,6 +771,7 @@ async def _produce(
     acks: str,
     linger_ms: float,
     delay_ms: int | None = None,
+    compression: str = "none",
 ) -> tuple[int, list[Any], float]:
     from rich.console import Console
     from rich.progress import Progress
@@ -707,7 +784,9 @@ async def _produce(
     console = Console(stderr=True)
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
-        async with Producer(bootstrap, acks=acks, linger_ms=linger_ms) as producer:
+        async with Producer(
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression, ssl=client_ssl()
+        ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
                     topic,
@@ -780,8 +859,13 @@ def consume(
         ),
     ] = True,
     lock: Annotated[
-        str, typer.Option("--lock", help="With --share-group: the lock of each message.")
-    ] = "30s",
+        str | None,
+        typer.Option(
+            "--lock",
+            help="With --share-group: the lock of each message (default: the group's, "
+            "see `laminar queue config`).",
+        ),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records: up to the current end, or forever with --follow."""
@@ -799,10 +883,10 @@ def consume(
         if position[0] not in ("earliest", "latest"):
             fail("with --share-group, --from is earliest or latest (where the group is new)")
         try:
-            lock_ms = parse_duration_ms(lock)
+            lock_ms = None if lock is None else parse_duration_ms(lock)
         except UserError as exc:
             fail(f"--lock: {exc}")
-        if lock_ms <= 0:
+        if lock_ms is not None and lock_ms <= 0:
             fail("--lock must be positive")
     if group is not None:
         if position[0] not in ("earliest", "latest"):
@@ -839,7 +923,7 @@ async def _consume(
     count: int | None,
     output: str,
 ) -> int:
-    async with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+    async with Consumer(bootstrap, auto_offset_reset="none", ssl=client_ssl()) as consumer:
         description = await consumer.cluster.wait_for_topic(topic, 5.0)
         available = [p.partition for p in description.partitions]
         for number in partitions or []:
@@ -900,7 +984,7 @@ def cluster_status(
     """Under-replicated and leaderless partitions, members, partitions, leaders, replica lag."""
 
     async def go() -> tuple[ClusterStatus, list[TopicDescription]]:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             status = await admin.cluster_status()
             names = await admin.list_topics()
             described = await asyncio.gather(

@@ -21,6 +21,12 @@ class CorruptBatchError(LaminarError):
     code = 2
 
 
+class DecompressionLimitError(CorruptBatchError):
+    """A compressed batch would inflate beyond the reader's limit (a decompression bomb).
+
+    A CorruptBatchError (and travels as one): no reader can use the batch."""
+
+
 class BatchTooLargeError(LaminarError):
     """A record batch is larger than the configured maximum."""
 
@@ -72,6 +78,10 @@ class InvalidRequestError(LaminarError):
     """A request is well-framed but asks for something invalid (bad argument)."""
 
     code = 10
+
+
+class UnsupportedCompressionError(InvalidRequestError, ValueError):
+    """A compression codec or level that laminar does not write (a producer option)."""
 
 
 class CorruptLogError(LaminarError):
@@ -156,6 +166,12 @@ class ReceiptExpiredError(LaminarError):
     code = 30
 
 
+class InvalidConfigError(InvalidRequestError):
+    """A share group setting is unknown or out of its range; nothing was changed."""
+
+    code = 31
+
+
 ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
     cls.code: cls
     for cls in (
@@ -181,5 +197,6 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         InvalidOffsetError,
         PartitionNotOwnedError,
         ReceiptExpiredError,
+        InvalidConfigError,
     )
 }

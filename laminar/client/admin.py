@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from ssl import SSLContext
 from typing import Any
 
+from laminar.client import share_wire
 from laminar.client.cluster import Cluster
 from laminar.client.descriptions import (
     ClusterStatus,
@@ -22,8 +24,8 @@ from laminar.client.group_types import (
 )
 from laminar.client.groups import OFFSETS_TOPIC, GroupClient
 from laminar.client.offsets import list_offsets
-from laminar.client.queue_admin import describe_queue
-from laminar.client.queue_types import QueueDescription
+from laminar.client.queue_admin import config_from_reader, describe_queue
+from laminar.client.queue_types import QueueConfig, QueueDescription
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
 from laminar.errors import (
@@ -34,6 +36,15 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.protocol import EARLIEST, LATEST
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
+"""``alter_queue_config``: leave this setting as it is (None resets it to the default)."""
 
 
 def _transient(error: BaseException) -> bool:
@@ -50,15 +61,17 @@ class Admin:
         bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
         *,
         request_timeout_ms: int = 30_000,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.request_timeout = request_timeout_ms / 1000
         self._cluster: Cluster | None = None
 
     async def start(self) -> None:
         if self._cluster is None:
             self._cluster = await Cluster.connect(
-                self.bootstrap, request_timeout=self.request_timeout
+                self.bootstrap, request_timeout=self.request_timeout, ssl=self.ssl
             )
 
     async def close(self) -> None:
@@ -262,9 +275,48 @@ class Admin:
     # share groups (queues) -------------------------------------------------------------
     async def describe_queue(self, group: str, topic: str) -> QueueDescription:
         """Share group ``group`` on each partition of ``topic``: start offset, available,
-        acquired, delayed, being dead-lettered, age of the oldest record not done; and how
-        many records its dead-letter topic ``<group>.dlq`` holds."""
-        return await describe_queue(self.cluster, group, topic)
+        acquired, delayed, being dead-lettered, age of the oldest record not done; the group's
+        settings; and how many records its dead-letter topic holds."""
+        config = await self.describe_queue_config(group)
+        return await describe_queue(self.cluster, group, topic, config)
+
+    async def describe_queue_config(self, group: str) -> QueueConfig:
+        """The settings share group ``group`` runs with (defaults where none is set)."""
+        reply = await self._call(lambda body: share_wire.describe_queue_config(body, group))
+        return config_from_reader(reply.body.queueConfig)
+
+    async def alter_queue_config(
+        self,
+        group: str,
+        *,
+        lock_ms: int | _Unchanged | None = UNCHANGED,
+        max_deliveries: int | _Unchanged | None = UNCHANGED,
+        dead_letter_topic: str | _Unchanged | None = UNCHANGED,
+    ) -> QueueConfig:
+        """Change share group ``group``'s settings, stored cluster-wide and applied by every
+        leader of a partition the group reads: ``lock_ms`` for acquisitions that do not ask
+        for their own lock (locks already held keep theirs), ``max_deliveries`` before a
+        message is dead-lettered, the ``dead_letter_topic`` (created on first use). A setting
+        left out stays as it is; ``None`` resets it to the default (30 s, 5, ``<group>.dlq``).
+        A bad name or value raises ``InvalidConfigError`` and changes nothing. Returns the
+        settings now in force."""
+        given = {
+            "lock_ms": lock_ms,
+            "max_deliveries": max_deliveries,
+            "dead_letter_topic": dead_letter_topic,
+        }
+        changes = {n: str(v) for n, v in given.items() if v is not None and v is not UNCHANGED}
+        reset = [name for name, value in given.items() if value is None]
+        reply = await self._call(
+            lambda body: share_wire.alter_queue_config(body, group, changes, reset)
+        )
+        return config_from_reader(reply.body.queueConfig)
+
+    async def reset_queue_config(self, group: str) -> QueueConfig:
+        """Every setting of share group ``group`` back to its default."""
+        return await self.alter_queue_config(
+            group, lock_ms=None, max_deliveries=None, dead_letter_topic=None
+        )
 
     async def delete_group(self, group: str) -> None:
         """Delete a group with no members, offsets included (GroupNotEmptyError otherwise)."""

@@ -12,6 +12,7 @@ import structlog
 
 from laminar.errors import ProtocolError
 from laminar.membership import codec
+from laminar.membership.keyring import Keyring
 from laminar.membership.messages import Ack, Message, Ping
 from laminar.membership.state import Member, MemberEvent, MemberState
 from laminar.membership.swim import Swim, SwimConfig
@@ -30,6 +31,8 @@ class DriverStats:
     bytes_received: int = 0
     bytes_sent: int = 0
     dropped_malformed: int = 0
+    dropped_unauthenticated: int = 0
+    """Datagrams not sealed with a key of the keyring (forged, foreign or plain)."""
     send_errors: int = 0
     callback_errors: int = 0
     probe_rtt: Buckets = field(default_factory=Buckets)
@@ -60,8 +63,12 @@ class SwimDriver:
         tick_seconds: float = TICK_SECONDS,
         advertise_host: str | None = None,
         advertise: str | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
+        """With a ``keyring`` every datagram is sealed, and one not sealed with a key of the
+        keyring is dropped (``stats.dropped_unauthenticated``)."""
         self.node_id = node_id
+        self.keyring = keyring
         self.stats = DriverStats()
         self._meta = dict(meta or {})
         self._config = config or SwimConfig()
@@ -168,9 +175,13 @@ class SwimDriver:
         loop = asyncio.get_running_loop()
         core = self._require_core()
         next_at = loop.time()
+        ticks = 0
         while True:
             next_at += self._tick_seconds
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+            ticks += 1
+            if self.keyring is not None and ticks % 10 == 0:
+                self.keyring.reload_if_changed()
             core.tick()
             self._flush()
             # After a long stall (GC, an overloaded loop) drop the backlog instead of bursting.
@@ -183,6 +194,13 @@ class SwimDriver:
             return
         self.stats.datagrams_received += 1
         self.stats.bytes_received += len(data)
+        if self.keyring is not None:
+            try:
+                data = self.keyring.open(data)
+            except ProtocolError as exc:
+                self.stats.dropped_unauthenticated += 1
+                log.debug("swim.dropped_unauthenticated", source=addr, reason=str(exc))
+                return
         try:
             message = codec.decode(data)
         except ProtocolError as exc:
@@ -230,6 +248,8 @@ class SwimDriver:
             if len(self._resolved) < 4096:
                 self._resolved[address] = target
         data = codec.encode(message)
+        if self.keyring is not None:
+            data = self.keyring.seal(data)
         try:
             transport.sendto(data, target)
         except (OSError, ValueError):  # uvloop: ValueError for a name or the other family

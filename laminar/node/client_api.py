@@ -9,12 +9,15 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from laminar.errors import (
+    CorruptBatchError,
     CorruptLogError,
     InvalidRequestError,
     LaminarError,
@@ -47,6 +50,7 @@ from laminar.protocol import (
     fill_error,
     request_body,
 )
+from laminar.queues import config_wire as queue_config_wire
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
 from laminar.segment import batch as record_batch
@@ -73,12 +77,21 @@ class ClientServer:
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
             **admin_wire.handlers(node.topic_admin, self._fill_topic),
+            **queue_config_wire.handlers(
+                node.queues, node.metadata_service.propose, node.metadata_service.wait_caught_up
+            ),
         }
 
     async def start(self) -> None:
         host, port = split_address(self.node.config.listen)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            self._protocol,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self.node.config.security.tls.server_context("client"),
+        )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -250,12 +263,13 @@ class ClientServer:
     async def _await_commits(
         self, results: Any, waits: list[tuple[int, Waiter]], timeout_ms: int
     ) -> None:
-        futures = [waiter.future for _, waiter in waits]
-        await asyncio.wait(futures, timeout=timeout_ms / 1000)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_ms / 1000):
+                await settled(waiter.future for _, waiter in waits)
         for position, waiter in waits:
             future = waiter.future
             error: BaseException | None
-            if not future.done():
+            if not future.done() or future.cancelled():
                 future.cancel()
                 error = RequestTimeoutError("the write did not commit in time; it may still")
             else:
@@ -317,7 +331,9 @@ class ClientServer:
             for replica in replicas:
                 if isinstance(replica, Replica):
                     replica.fetch_waiters.append(waiter)
-            await asyncio.wait([waiter], timeout=max_wait)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max_wait):
+                    await waiter  # one loop turn after the high watermark moved
         results = response.body.init("fetch").init("results", len(wanted))
         chunks: list[bytes] = []
         position = 0
@@ -443,17 +459,38 @@ class ClientServer:
             slot.error = fault["error"]
 
 
+async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Wait until every future is done, successful or not. The task resumes one loop turn
+    after the last one is done (``asyncio.wait`` takes two: its callback, then the task), which
+    is on the path of every acks=all reply."""
+    for future in futures:
+        if not future.done():
+            with contextlib.suppress(Exception):
+                await future
+
+
 def first_offset_at(replica: Replica, timestamp: int) -> int | None:
     """The first record offset with a timestamp >= ``timestamp`` (Kafka's ListOffsets).
 
     The time index finds the first batch whose newest record reaches the time; the records
-    inside that one batch are then checked, since a batch spans a range of timestamps.
+    inside that one batch are then checked, since a batch spans a range of timestamps (a
+    compressed batch is inflated for that, as Kafka's broker does, unless its first record
+    already qualifies; one that does not inflate answers its base offset, and its readers
+    get the CorruptBatchError).
     """
     found = replica.log.offset_for_timestamp(timestamp)
     if found is None:
         return None
     (batch,) = replica.log.batches(found, found + 1, 1)[:1]
-    for record in record_batch.decode_records(batch):
+    header = record_batch.read_header(batch)
+    if header.first_timestamp >= timestamp:
+        return header.base_offset
+    try:
+        records = record_batch.decode_records(batch)
+    except CorruptBatchError as exc:
+        log.warning("batch does not decode for a time lookup", offset=found, error=str(exc))
+        return found
+    for record in records:
         if record.timestamp >= timestamp:
             return record.offset
     return found

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from laminar.groups.settings import GroupSettings
+from laminar.tls import SecurityConfig
 from laminar.transport import split_address
 
 DAY_MS = 24 * 3600 * 1000
@@ -54,6 +55,8 @@ class NodeConfig:
     """HTTP address serving /metrics, /healthz and /readyz (``--metrics-listen``; "" = off)."""
     metrics_per_partition: bool = False
     """Label log and Raft metrics per partition, not only per topic."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """TLS, gossip keys, ``--insecure`` (``laminar/tls.py``)."""
     log_format: str = "console"
     log_level: str = "info"
 
@@ -71,6 +74,7 @@ class NodeConfig:
             split_address(address)
         if self.metrics_listen:
             split_address(self.metrics_listen)
+        self.security.check_exposure(self.listen, self.peer_listen)
 
 
 def parse_peers(text: str) -> dict[int, str]:

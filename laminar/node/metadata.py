@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.errors import (
+    InvalidConfigError,
     InvalidRequestError,
     LaminarError,
     NotEnoughReplicasError,
     TopicExistsError,
     UnknownTopicError,
 )
+from laminar.queues import config as queue_config
+from laminar.topic_names import validate_topic_name as validate_topic_name
 
 METADATA_GROUP = 0
 PARTITION_BITS = 20
@@ -98,6 +101,9 @@ class MetadataState:
     next_topic_id: int = 1
     recovering: dict[tuple[int, int], Recovery] = field(default_factory=dict)
     """(group, node) -> replicas that lost their state and must not vote until re-admitted."""
+    queue_configs: dict[str, dict[str, queue_config.Value]] = field(default_factory=dict)
+    """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
+    A changed group gets a new dict, so a reader may compare by identity."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
 
@@ -167,6 +173,8 @@ class MetadataState:
                 return None
             del self.recovering[key]
             return recovery
+        if op == "alter_queue_config":
+            return self._alter_queue_config(command)
         if op in ("drain_node", "undrain_node"):
             if command["node_id"] not in self.nodes:
                 raise InvalidRequestError(f"node {command['node_id']} is not a cluster member")
@@ -182,6 +190,19 @@ class MetadataState:
         if op == "alter_topic":
             return self._alter_topic(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:
+        """Set and reset some of a share group's settings; a bad entry changes nothing."""
+        group = queue_config.validate_group(command.get("group"))
+        changes, reset = command.get("set") or {}, command.get("reset") or []
+        if not isinstance(changes, dict) or not isinstance(reset, list):
+            raise InvalidConfigError("set is an object and reset a list of names")
+        stored = queue_config.altered(self.queue_configs.get(group, {}), changes, reset)
+        if stored:
+            self.queue_configs[group] = stored
+        else:
+            self.queue_configs.pop(group, None)
+        return stored
 
     def _replica_lost(self, command: dict[str, Any]) -> Recovery | None:
         """A replica reports it lost its state; its group's leader will re-admit it."""
@@ -305,15 +326,6 @@ class MetadataState:
                 for node_id in assignment.replicas:
                     counts[node_id] = counts.get(node_id, 0) + 1
         return counts
-
-
-def validate_topic_name(name: str) -> None:
-    if not name or len(name) > 200:
-        raise InvalidRequestError("a topic name has 1 to 200 characters")
-    if not all(c.isalnum() or c in "._-" for c in name):
-        raise InvalidRequestError(
-            f"topic name {name!r} may contain only letters, digits, '.', '_' and '-'"
-        )
 
 
 def place_replicas(

@@ -92,6 +92,27 @@ class MetadataService:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
 
+    def caught_up(self) -> bool:
+        """This node knows a metadata leader and has applied every entry it knows committed
+        (as the leader: once it has committed an entry of its own term, which commits all
+        before it). False right after a restart and while no leader is known; readers of
+        settings that must not answer from a stale copy wait."""
+        replica = self.node.metadata
+        if replica is None or replica.raft.leader_id == 0:
+            return False
+        raft = replica.raft
+        if replica.is_leader and not (raft.commit >= 0 and raft.log.term(raft.commit) == raft.term):
+            return False  # a new leader knows its predecessors' entries committed only then
+        return replica.applied_through >= raft.commit
+
+    async def wait_caught_up(self, timeout: float) -> None:
+        """Wait until ``caught_up``; RequestTimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.caught_up():
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError("this node's metadata is not caught up yet")
+            await asyncio.sleep(0.02)
+
     def _forwarder(self) -> int:
         """A connected peer to forward a proposal through when no leader is known."""
         connected = list(self.node.peers.connected_peers())

@@ -53,6 +53,9 @@ from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
 
+OPEN_AT_ONCE = 64
+"""Replicas opened in one event-loop iteration when a topic is created or grown."""
+
 
 class Node:
     def __init__(self, config: NodeConfig) -> None:
@@ -81,6 +84,8 @@ class Node:
             on_up=self._peer_up,
             on_down=self.runtime.node_down,
             dead_after=config.tick_ms * config.election_ticks * 2 / 1000,
+            server_ssl=config.security.tls.server_context("peer"),
+            client_ssl=config.security.tls.peer_client_context(),
         )
         self.calls = PeerCalls(self.peers)
         self.metadata_service = MetadataService(self)
@@ -101,6 +106,7 @@ class Node:
             config=SwimConfig(reap_after_ticks=round(config.reap_after_ms / 1000 / TICK_SECONDS)),
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
+            keyring=config.security.gossip_keyring(),
         )
         self.placement = Placement(self)
         self.groups = GroupService(
@@ -114,9 +120,12 @@ class Node:
         )
         self.queues = QueueService(
             ShareConfig(),
+            lambda: self.state.queue_configs,
+            self.metadata_service.wait_caught_up,
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
+            client_ssl=config.security.tls.own_client_context(),
         )
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
@@ -328,9 +337,16 @@ class Node:
         if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
         if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
-            for partition in range(command.get("from", 0), len(result.partitions)):
-                if self.node_id in result.partitions[partition].replicas:
+            hosted = [
+                partition
+                for partition in range(command.get("from", 0), len(result.partitions))
+                if self.node_id in result.partitions[partition].replicas
+            ]
+            if len(hosted) <= OPEN_AT_ONCE:
+                for partition in hosted:
                     self._open_partition(result, partition, index)
+            else:
+                self.spawn(self._open_partitions(result, hosted, index))
         elif op == "alter_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.replicas.get(group_id(result.topic_id, partition))
@@ -361,6 +377,16 @@ class Node:
                 if replica is not None:
                     log.info("replica moved away", topic=topic.name, partition=replica.partition)
                     self.spawn(self._delete_files(replica))
+
+    async def _open_partitions(self, topic: Topic, partitions: list[int], origin: int) -> None:
+        """Open many new replicas a few at a time, so the event loop keeps serving peers and
+        clients meanwhile (a big topic's replicas would otherwise block it for seconds)."""
+        for start in range(0, len(partitions), OPEN_AT_ONCE):
+            if self.state.topics.get(topic.name) is not topic:
+                return  # deleted (or re-created) meanwhile
+            for partition in partitions[start : start + OPEN_AT_ONCE]:
+                self._open_partition(topic, partition, origin)
+            await asyncio.sleep(0)
 
     async def _delete_files(self, replica: Replica) -> None:
         self.amnesia.closed(replica.group)

@@ -17,6 +17,7 @@ import structlog
 from laminar.errors import LaminarError
 from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent, MemberState
 from laminar.node.metadata import METADATA_GROUP, Recovery, group_id
+from laminar.node.metadata_voters import Follower, HandOver, Promote, Remove, next_step
 from laminar.node.rebalance import (
     Move,
     advance_move,
@@ -96,6 +97,7 @@ class Placement:
         if node.metadata.is_leader:
             self._admit_metadata_learners()
             self._forget_reaped()
+            self._follow_cluster_with_voters(live, gone)
             for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
@@ -190,6 +192,38 @@ class Placement:
                 except LaminarError:
                     pass
                 return  # one change at a time
+
+    def _follow_cluster_with_voters(self, live: set[int], gone: set[int]) -> None:
+        """Keep the metadata voters on nodes that are there (``metadata_voters.py``)."""
+        node = self.node
+        assert node.metadata is not None
+        if any(group == METADATA_GROUP for group, _ in node.state.recovering):
+            return  # a voter that lost its state is being re-admitted: one plan at a time
+        raft = node.metadata.raft
+        conf = raft.conf
+        eligible = set(node.state.nodes) - gone - node.state.draining
+        status = raft.status()
+        followers = {
+            peer: Follower(progress.match, progress.recent_active)
+            for peer, progress in status.progress.items()
+        }
+        step = next_step(
+            node.node_id, conf.voters, conf.learners, eligible, live, followers, raft.last_index
+        )
+        try:
+            if isinstance(step, Promote):
+                raft.propose_conf_change(ConfChange(ConfChangeType.PROMOTE, step.node_id))
+            elif isinstance(step, Remove):
+                raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, step.node_id))
+            elif isinstance(step, HandOver):
+                raft.transfer_leader(step.node_id)
+            else:
+                return
+        except LaminarError as exc:  # another change pending, no entry of this term yet
+            log.debug("metadata voter change deferred", step=step, reason=str(exc))
+            return
+        log.info("metadata voters follow the cluster", step=step)
+        node.runtime.wake(node.metadata)
 
     def _forget_reaped(self) -> None:
         """Forget reaped nodes holding no replica, and drop forgotten nodes' metadata

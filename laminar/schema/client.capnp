@@ -45,6 +45,9 @@ struct Request {
     addPartitions @19 :AddPartitionsRequest;
     alterTopic @20 :AlterTopicRequest;
     undrainNode @21 :UInt32;  # a drained node takes replicas again
+    # A share group's settings, stored cluster-wide in the metadata: any node answers.
+    alterQueueConfig @22 :AlterQueueConfigRequest;
+    describeQueueConfig @23 :Text;  # the group
   }
 }
 
@@ -65,6 +68,7 @@ struct Response {
     group @12 :GroupDescription;
     shareFetch @13 :ShareFetchResponse;
     queue @14 :QueueDescription;
+    queueConfig @15 :QueueConfig;
   }
 }
 
@@ -381,7 +385,7 @@ struct ShareFetchRequest {
   memberId @1 :Text;
   partitions @2 :List(GroupPartition);  # acquire from these (this node leads them)
   maxRecords @3 :UInt32;      # 0: only settle the acks
-  lockMs @4 :UInt32;          # 0: the group's default (30 s)
+  lockMs @4 :UInt32;          # 0: the group's lock (its lock_ms setting, 30 s by default)
   maxWaitMs @5 :UInt32;       # long poll while nothing is available
   acks @6 :List(ShareAck);    # settled before anything is acquired
   fromEarliest @7 :Bool;      # a group new on a partition starts at its start (default: end)
@@ -421,6 +425,7 @@ struct SharePartitionResult {
   payloadOffset @4 :UInt32;   # whole record batches holding the acquired offsets (and others:
   payloadLength @5 :UInt32;   # deliver only the acquired ones)
   acquiredRuns @6 :List(ShareAcquiredRun);  # instead of ``acquired`` if the request asked
+  lockMs @7 :UInt32;          # the lock these acquisitions got (the request's, else the group's)
 }
 
 struct ShareFetchResponse {
@@ -449,4 +454,23 @@ struct QueuePartition {
 
 struct QueueDescription {
   partitions @0 :List(QueuePartition);
+}
+
+struct QueueConfigEntry {
+  # One setting of a share group (laminar/queues/config.py): lock_ms, max_deliveries,
+  # dead_letter_topic. Values travel as text (numbers in decimal), as Kafka's configs do.
+  name @0 :Text;
+  value @1 :Text;
+  isDefault @2 :Bool;         # replies: not set for the group, the node default applies
+}
+
+struct AlterQueueConfigRequest {
+  group @0 :Text;
+  entries @1 :List(QueueConfigEntry);  # set these (isDefault ignored)
+  reset @2 :List(Text);       # back to the default; a name may not be both set and reset
+}
+
+struct QueueConfig {
+  group @0 :Text;
+  entries @1 :List(QueueConfigEntry);  # every setting, with the value the group runs with
 }
