@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,7 @@ import structlog
 import typer
 import uvloop
 
+from laminar.cli_health import leaderless, render_health, under_replicated
 from laminar.cli_tls import (
     TlsCa,
     TlsCert,
@@ -40,7 +41,7 @@ from laminar.client import (
     Producer,
     TopicPartition,
 )
-from laminar.client.descriptions import ClusterStatus
+from laminar.client.descriptions import ClusterStatus, TopicDescription
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
 from laminar.errors import LaminarError, TopicExistsError, UnsupportedCompressionError
@@ -326,6 +327,20 @@ def node_start(
     group_offsets_retention: Annotated[
         float, typer.Option(help="Seconds a group with no members keeps its offsets (7 days).")
     ] = 7 * 24 * 3600.0,
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            help="host:port serving Prometheus /metrics, /healthz and /readyz over HTTP "
+            "(default: off)."
+        ),
+    ] = "",
+    metrics_per_partition: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-per-partition",
+            help="Label log and Raft metrics per partition (default: per topic).",
+        ),
+    ] = False,
     tls_cert: Annotated[
         Path | None,
         typer.Option(help="This node's certificate (PEM), signed by --tls-ca, named node-<id>."),
@@ -403,6 +418,8 @@ def node_start(
             max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
+            metrics_listen=metrics_listen,
+            metrics_per_partition=metrics_per_partition,
             groups=GroupSettings(
                 partitions=group_partitions,
                 session_timeout_ms=int(group_session_timeout * 1000),
@@ -476,7 +493,10 @@ def dev(
     nodes: Annotated[int, typer.Option(help="How many nodes.", min=1, max=9)] = 3,
     base_port: Annotated[
         int,
-        typer.Option(help="Node N listens on base+100*(N-1), peers on that +1, Kafka on +2."),
+        typer.Option(
+            help="Node N listens on base+100*(N-1), peers on that +1, Kafka on +2, HTTP "
+            "metrics on +3."
+        ),
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
@@ -486,10 +506,13 @@ def dev(
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
-    if ports[-1][1] + 1 > 65535:
+    if ports[-1][1] + 2 > 65535:
         fail("--base-port is too high for that many nodes")
     kafka_ports = [client + 2 for client, _ in ports]
-    cluster = LocalCluster(data_dir, ports, tls=tls, kafka_ports=kafka_ports)
+    metrics_ports = [client + 3 for client, _ in ports]
+    cluster = LocalCluster(
+        data_dir, ports, tls=tls, kafka_ports=kafka_ports, metrics_ports=metrics_ports
+    )
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -562,6 +585,7 @@ def _dev_banner(cluster: LocalCluster, topic: str) -> str:
     nodes = "\n".join(
         f"  node {n.node_id}: {n.client_address}, Kafka {n.kafka_address} "
         f"(pid {n.pid}, log {n.log_path})"
+        + (f"\n          metrics http://{n.metrics_address}/metrics" if n.metrics_address else "")
         for n in cluster.nodes.values()
     )
     return f"""
@@ -975,20 +999,29 @@ def cluster_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
-    """Members, partitions, leaders and replica lag."""
+    """Under-replicated and leaderless partitions, members, partitions, leaders, replica lag."""
 
-    async def go() -> ClusterStatus:
+    async def go() -> tuple[ClusterStatus, list[TopicDescription]]:
         async with Admin(bootstrap, ssl=client_ssl()) as admin:
-            return await admin.cluster_status()
+            status = await admin.cluster_status()
+            names = await admin.list_topics()
+            described = await asyncio.gather(
+                *(admin.describe_topic(name) for name in names), return_exceptions=True
+            )
+            return status, [t for t in described if isinstance(t, TopicDescription)]
 
-    status = run(go)
+    status, topics = run(go)
     if as_json:
-        typer.echo(json.dumps(asdict(status), indent=2))
+        shown = asdict(status)
+        shown["under_replicated"] = [asdict(p) for p in under_replicated(status, topics)]
+        shown["leaderless"] = [asdict(p) for p in leaderless(status, topics)]
+        typer.echo(json.dumps(shown, indent=2))
         return
-    typer.echo(render_status(status))
+    typer.echo(render_status(status, topics))
 
 
-def render_status(status: ClusterStatus) -> str:
+def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()) -> str:
+    """The status as tables, partitions needing attention first (``cli_health.py``)."""
     members = [["NODE", "ADDRESS", "STATE", "INCARNATION", "VOTER", "REPLICAS", "LEADERS"]]
     for m in status.members:
         node = f"{m.node_id}*" if m.node_id == status.metadata_leader else str(m.node_id)
@@ -1004,6 +1037,7 @@ def render_status(status: ClusterStatus) -> str:
             ]
         )
     parts = [
+        *render_health(status, topics, render_table),
         f"members ({len(status.members)}; * = metadata leader)",
         render_table(members),
         "",

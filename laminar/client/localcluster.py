@@ -104,6 +104,8 @@ class LocalNode:
     """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
     kafka_address: str = ""
     """This node's Kafka listener (``--kafka-listen``); "" = none."""
+    metrics_address: str = ""
+    """HTTP address of /metrics, /healthz and /readyz (``--metrics-listen``); "" = off."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -138,6 +140,7 @@ class LocalCluster:
         tls: bool = False,
         tls_client_auth: bool = False,
         kafka_ports: Sequence[int] | None = None,
+        metrics_ports: Sequence[int] | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
@@ -148,11 +151,14 @@ class LocalCluster:
         ``tls`` makes a throw-away CA and node certificates under ``root/tls`` (once) and runs
         the nodes with TLS on both ports and authenticated gossip; ``client_ssl`` is then the
         context clients need (with a client certificate if ``tls_client_auth``).
+        ``metrics_ports`` (one per node) turn on each node's HTTP metrics and health port.
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
         if kafka_ports is not None and len(kafka_ports) != len(ports):
             raise ValueError("kafka_ports needs one port per node")
+        if metrics_ports is not None and len(metrics_ports) != len(ports):
+            raise ValueError("metrics_ports needs one port per node")
         self.root = Path(root)
         self.node_env = node_env
         self.python = python
@@ -169,6 +175,7 @@ class LocalCluster:
                 log_path=self.root / f"node-{node_id}.log",
                 advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
                 kafka_address=f"{host}:{kafka_ports[node_id - 1]}" if kafka_ports else "",
+                metrics_address=f"{host}:{metrics_ports[node_id - 1]}" if metrics_ports else "",
             )
         self.tls_dir = self.root / "tls" if tls else None
         self.tls_client_auth = tls_client_auth
@@ -215,6 +222,7 @@ class LocalCluster:
             self.log_format,
             "--log-level",
             self.log_level,
+            *(["--metrics-listen", node.metrics_address] if node.metrics_address else []),
             *self._tls_args(node_id),
             *self.extra_args,
         ]
@@ -267,6 +275,8 @@ class LocalCluster:
             checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
             if node.kafka_address:
                 checks.append((node.kafka_address, (socket.SOCK_STREAM,)))
+            if node.metrics_address:
+                checks.append((node.metrics_address, (socket.SOCK_STREAM,)))
             for address, kinds in checks:
                 host, port = split_address(address)
                 for kind in kinds:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
 from laminar.errors import ProtocolError
 from laminar.membership import codec
 from laminar.membership.keyring import Keyring
-from laminar.membership.messages import Message
+from laminar.membership.messages import Ack, Message, Ping
 from laminar.membership.state import Member, MemberEvent, MemberState
 from laminar.membership.swim import Swim, SwimConfig
+from laminar.stats import Buckets
 from laminar.transport import join_address, split_address
 
 log = structlog.get_logger(__name__)
@@ -33,6 +35,8 @@ class DriverStats:
     """Datagrams not sealed with a key of the keyring (forged, foreign or plain)."""
     send_errors: int = 0
     callback_errors: int = 0
+    probe_rtt: Buckets = field(default_factory=Buckets)
+    """Seconds from a ping this node sent to the ack with its sequence number."""
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -77,6 +81,7 @@ class SwimDriver:
         self._ticker: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[MemberEvent], None]] = []
         self._resolved: dict[str, tuple[str, int]] = {}
+        self._pings: dict[int, float] = {}  # seq -> time.monotonic() sent, for probe_rtt
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,6 +126,10 @@ class SwimDriver:
         log.info("swim.stopped", node_id=self.node_id)
 
     # ------------------------------------------------------------------ queries
+
+    @property
+    def started(self) -> bool:
+        return self._core is not None
 
     @property
     def address(self) -> str:
@@ -198,6 +207,10 @@ class SwimDriver:
             self.stats.dropped_malformed += 1
             log.debug("swim.dropped_datagram", source=addr, reason=str(exc))
             return
+        if type(message) is Ack:
+            sent = self._pings.pop(message.seq, None)
+            if sent is not None:
+                self.stats.probe_rtt.observe(time.monotonic() - sent)
         core.receive(join_address(addr[0], addr[1]), message)
         self._flush()
 
@@ -244,3 +257,8 @@ class SwimDriver:
             return
         self.stats.datagrams_sent += 1
         self.stats.bytes_sent += len(data)
+        if type(message) is Ping:
+            pings = self._pings
+            if len(pings) >= 256:  # unanswered ones (dead members): forget them
+                pings.clear()
+            pings[message.seq] = time.monotonic()

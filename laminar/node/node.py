@@ -37,6 +37,8 @@ from laminar.node.metadata import (
     group_id,
 )
 from laminar.node.metadata_service import MetadataService, now_ms
+from laminar.node.metrics import RequestStats
+from laminar.node.observability import Observability
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.readmission import IdentityCheck, Readmission
@@ -131,13 +133,17 @@ class Node:
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
+        self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
+        self.observability = Observability(self) if config.metrics_listen else None
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.observability is not None:  # first: /healthz and /readyz answer during start-up
+            await self.observability.start()
         self.disk.check()
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
@@ -234,6 +240,8 @@ class Node:
         await self.client_server.stop()
         if self.kafka_server is not None:
             await self.kafka_server.stop()
+        if self.observability is not None:
+            await self.observability.stop()
         await self.groups.stop()
         await self.queues.stop()
         await self.swim.stop()
@@ -490,6 +498,7 @@ class Node:
         return log_config(settings, self.config.max_batch_bytes)
 
     def _leader_changed(self, replica: Replica) -> None:
+        self.request_stats.leader_changed(replica.topic)
         if replica.topic == INTERNAL_TOPIC:
             self.groups.leader_changed(replica)
         elif replica.group != METADATA_GROUP:

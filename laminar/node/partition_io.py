@@ -92,6 +92,7 @@ class PartitionIO:
             return earlier.base_offset, earlier.last_offset
         base, last = replica.raft.propose(data, header.record_count)
         replica.storage.producers.record(header, base, last)
+        self.node.request_stats.produce(replica.topic, header.record_count, len(data))
         return base, last
 
     def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
@@ -152,10 +153,13 @@ class PartitionIO:
         the client is told NotLeader (to go to the new leader meanwhile)."""
         try:
             with replica.log.read(offset, limit, upto=replica.high_watermark) as log_slice:
-                return log_slice.tobytes()
+                data = log_slice.tobytes()
+                offsets = log_slice.next_offset - offset
         except CorruptLogError as exc:
             self.node.runtime.fail(replica, exc)
             raise NotLeaderError("replica offline after a storage fault") from None
+        self.node.request_stats.fetch(replica.topic, offsets, len(data))
+        return data
 
     # offsets ---------------------------------------------------------------------------------
     @staticmethod

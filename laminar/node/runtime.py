@@ -35,6 +35,7 @@ from laminar.node.raft_codec import GroupMessage
 from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
@@ -82,6 +83,12 @@ class MultiRaft:
         self._tasks: list[asyncio.Task[None]] = []
         self.flush_cycles = 0
         self.ticks = 0
+        # metrics (node/metrics.py reads them at scrape time): fsync_seconds is written by the
+        # flush thread only, the other two by the loop only
+        self.fsync_seconds = Buckets()
+        self.commit_seconds = Buckets()
+        self.commit_logs = Buckets(COUNT_BOUNDS)
+        self._pass_started = 0.0
         self._flushing = False
         self._stopping = False
         self._close_after_flush: list[Replica] = []
@@ -363,7 +370,8 @@ class MultiRaft:
             return
         self._flushing = True
         self._in_pass = {job[0] for job in jobs}
-        self._executor.submit(_sync_then_call, self._loop, self._flushed, jobs)
+        self._pass_started = time.perf_counter()
+        self._executor.submit(_sync_then_call, self._loop, self._flushed, jobs, self.fsync_seconds)
 
     def _flushed(self, jobs: list[FlushJob], error: BaseException | None) -> None:
         """Back on the loop thread, straight from the flush thread (one hop): tell the cores
@@ -382,6 +390,8 @@ class MultiRaft:
                 _close(replica)
             self._close_after_flush.clear()
             self.flush_cycles += 1
+            self.commit_seconds.observe(time.perf_counter() - self._pass_started)
+            self.commit_logs.observe(len(jobs))
             for replica, last, term, held, _ in jobs:
                 if replica.closed:
                     continue
@@ -428,22 +438,27 @@ def _sync_then_call(
     loop: asyncio.AbstractEventLoop,
     done: Callable[[list[FlushJob], BaseException | None], None],
     jobs: list[FlushJob],
+    fsync_seconds: Buckets | None = None,
 ) -> None:
     """Runs in the flush thread: one pass, then hand the result straight to the loop."""
     error: BaseException | None = None
     try:
-        _sync(jobs)
+        _sync(jobs, fsync_seconds)
     except BaseException as exc:
         error = exc
     with contextlib.suppress(RuntimeError):  # the loop is closed: stop() syncs once more
         loop.call_soon_threadsafe(done, jobs, error)
 
 
-def _sync(jobs: list[FlushJob]) -> None:
+def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
     """Runs in the flush thread: make logs and changed hard states durable."""
+    clock = time.perf_counter
     for replica, _last, _term, _held, state in jobs:
         if replica.closed:
             continue
+        started = clock()
         replica.log.flush()
+        if fsync_seconds is not None:
+            fsync_seconds.observe(clock() - started)
         if state is not None:
             save_state(replica.directory, *state)
