@@ -189,7 +189,8 @@ def test_node_start_single_node(tmp_path: Path) -> None:
 def _free_base_port(nodes: int) -> int:
     for _ in range(200):
         base = random.randrange(20_000, 60_000, 100)
-        wanted = [base + 100 * i + j for i in range(nodes) for j in (0, 1, 2)]  # +2: metrics
+        # +1 peers, +2 Kafka, +3 metrics
+        wanted = [base + 100 * i + j for i in range(nodes) for j in (0, 1, 2, 3)]
         try:
             for port in wanted:
                 for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
@@ -228,7 +229,8 @@ def test_dev_starts_prints_and_stops(tmp_path: Path) -> None:
         bootstrap = ",".join(f"127.0.0.1:{base + 100 * i}" for i in range(3))
         assert f"laminar cluster status --bootstrap {bootstrap}" in text
         assert "from laminar.client import Producer, Consumer" in text
-        assert f"metrics http://127.0.0.1:{base + 2}/metrics" in text
+        assert f"Kafka 127.0.0.1:{base + 2}" in text
+        assert f"metrics http://127.0.0.1:{base + 3}/metrics" in text
         pids = [int(line.split("pid ")[1].split(",")[0]) for line in banner if "(pid " in line]
         assert len(pids) == 3
         assert (tmp_path / ".laminar" / "node-1.log").exists()
