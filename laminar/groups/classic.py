@@ -402,7 +402,7 @@ class ClassicGroups:
     ) -> Reply[SyncResult | Waiting]:
         """SyncGroup: the leader's carries every member's assignment."""
         g = self.groups.get(group)
-        if g is None or member_id not in g.members:
+        if g is None:
             raise UnknownMemberIdError(f"group {group} has no member {member_id}")
         self._check_member(g, member_id, instance_id or None)
         if generation != g.generation:
@@ -440,7 +440,7 @@ class ClassicGroups:
         self, group: str, generation: int, member_id: str, instance_id: str | None, now_ms: int
     ) -> Reply[None]:
         g = self.groups.get(group)
-        if g is None or member_id not in g.members:
+        if g is None:
             raise UnknownMemberIdError(f"group {group} has no member {member_id}")
         self._check_member(g, member_id, instance_id or None)
         if generation != g.generation:
@@ -471,8 +471,6 @@ class ClassicGroups:
                     removed = True
                     results.append(None)
                     continue
-                if member_id not in g.members:
-                    raise UnknownMemberIdError(f"group {group} has no member {member_id}")
                 self._check_member(g, member_id, iid)
                 self._remove(g, member_id, UnknownMemberIdError("the member left"))
                 removed = True
@@ -504,8 +502,6 @@ class ClassicGroups:
                 if group_not_found:
                     raise GroupIdNotFoundError(f"group {group} does not exist")
                 raise IllegalGenerationError(f"group {group} has no generation {generation}")
-            raise UnknownMemberIdError(f"group {group} has no member {member_id}")
-        if member_id not in g.members:
             raise UnknownMemberIdError(f"group {group} has no member {member_id}")
         self._check_member(g, member_id, instance_id or None)
         if generation != g.generation:
