@@ -191,7 +191,7 @@ def test_member_id_required_and_pending_member_expiry() -> None:
 
 def test_session_expiry_and_sync_timeout() -> None:
     h = Harness()
-    a, b, gen = form_group(h)
+    a, _b, gen = form_group(h)
     for now in range(1000, 9000, 1000):
         h.coord.classic.heartbeat("g", gen, a, None, now)
         h.tick(now)
@@ -239,7 +239,7 @@ def test_protocol_checks_and_the_group_kinds() -> None:
         h.join("", 0, session=10)
     with pytest.raises(InconsistentGroupProtocolError):
         h.join("", 0, protocols=[])
-    a, b, gen = form_group(h)
+    a, b, _gen = form_group(h)
     with pytest.raises(InconsistentGroupProtocolError):
         h.join("", 2000, protocols=[("roundrobin", SUB)], require_known_member=False)
     with pytest.raises(InconsistentGroupProtocolError):
