@@ -248,6 +248,13 @@ def node_start(
     peers: Annotated[
         str, typer.Option(help="Initial cluster: '1=host:port,2=host:port,...' (peer addresses).")
     ] = "",
+    kafka_listen: Annotated[
+        str, typer.Option(help="Kafka wire protocol address host:port; default: none.")
+    ] = "",
+    kafka_advertise: Annotated[
+        str,
+        typer.Option(help="Kafka address clients are given in Metadata; default --kafka-listen."),
+    ] = "",
     join: Annotated[
         list[str] | None, typer.Option(help="Peer address of a running node to join through.")
     ] = None,
@@ -298,6 +305,8 @@ def node_start(
             listen=listen,
             peer_listen=peer_listen,
             advertise_peer=advertise_peer,
+            kafka_listen=kafka_listen,
+            kafka_advertise=kafka_advertise,
             peers=parse_peers(peers) if peers else {},
             join=list(join or []),
             log_format=log_format,
@@ -362,16 +371,17 @@ def dev(
     ),
     nodes: Annotated[int, typer.Option(help="How many nodes.", min=1, max=9)] = 3,
     base_port: Annotated[
-        int, typer.Option(help="Node N listens on base+100*(N-1), peers on that +1.")
+        int,
+        typer.Option(help="Node N listens on base+100*(N-1), peers on that +1, Kafka on +2."),
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
-    if ports[-1][1] > 65535:
+    if ports[-1][1] + 1 > 65535:
         fail("--base-port is too high for that many nodes")
-    cluster = LocalCluster(data_dir, ports)
+    cluster = LocalCluster(data_dir, ports, kafka_ports=[client + 2 for client, _ in ports])
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -442,7 +452,8 @@ def _dev_banner(cluster: LocalCluster, topic: str) -> str:
     bootstrap = cluster.bootstrap
     flag = "" if bootstrap == DEFAULT_BOOTSTRAP else f" --bootstrap {bootstrap}"
     nodes = "\n".join(
-        f"  node {n.node_id}: {n.client_address} (pid {n.pid}, log {n.log_path})"
+        f"  node {n.node_id}: {n.client_address}, Kafka {n.kafka_address} "
+        f"(pid {n.pid}, log {n.log_path})"
         for n in cluster.nodes.values()
     )
     return f"""
@@ -472,6 +483,9 @@ Or from Python:
               print(record.partition, record.offset, record.value)
 
   asyncio.run(main())
+
+Kafka clients and tools work too (bootstrap.servers={cluster.kafka_bootstrap}):
+  kcat -b {cluster.kafka_bootstrap} -t {topic} -C -e
 
 Ctrl-C stops the cluster."""
 

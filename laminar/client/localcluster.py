@@ -57,6 +57,16 @@ def free_port_pairs(count: int) -> list[tuple[int, int]]:
     return pairs
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct free TCP ports on 127.0.0.1 (e.g. Kafka listeners)."""
+    held = [_bind(socket.SOCK_STREAM, 0) for _ in range(count)]
+    try:
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def _bind(kind: int, port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, kind)
     sock.bind(("127.0.0.1", port))
@@ -72,6 +82,8 @@ class LocalNode:
     log_path: Path
     advertise_peer: str = ""
     """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
+    kafka_address: str = ""
+    """This node's Kafka listener (``--kafka-listen``); "" = none."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -103,15 +115,19 @@ class LocalCluster:
         extra_args: Sequence[str] = (),
         advertised_peers: Sequence[str] | None = None,
         node_env: Callable[[int], Mapping[str, str]] | None = None,
+        kafka_ports: Sequence[int] | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
         ``advertised_peers`` (one per node) are the peer addresses the nodes tell each other,
         e.g. fault-injecting proxies in front of the real ports; ``node_env`` adds environment
-        variables to one node's process (test seams such as the power-loss journal).
+        variables to one node's process (test seams such as the power-loss journal);
+        ``kafka_ports`` (one per node) opens a Kafka listener on each node.
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
+        if kafka_ports is not None and len(kafka_ports) != len(ports):
+            raise ValueError("kafka_ports needs one port per node")
         self.root = Path(root)
         self.node_env = node_env
         self.python = python
@@ -127,11 +143,17 @@ class LocalCluster:
                 data_dir=self.root / f"node-{node_id}",
                 log_path=self.root / f"node-{node_id}.log",
                 advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
+                kafka_address=f"{host}:{kafka_ports[node_id - 1]}" if kafka_ports else "",
             )
 
     @property
     def bootstrap(self) -> str:
         return ",".join(node.client_address for node in self.nodes.values())
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The Kafka listeners, comma-separated (Kafka clients' bootstrap.servers)."""
+        return ",".join(n.kafka_address for n in self.nodes.values() if n.kafka_address)
 
     @property
     def peers(self) -> str:
@@ -156,6 +178,7 @@ class LocalCluster:
             "--peer-listen",
             node.peer_address,
             *(["--advertise-peer", node.advertise_peer] if node.advertise_peer else []),
+            *(["--kafka-listen", node.kafka_address] if node.kafka_address else []),
             "--peers",
             self.peers,
             "--log-format",
@@ -171,6 +194,8 @@ class LocalCluster:
         for node in self.nodes.values():
             checks = [(node.client_address, (socket.SOCK_STREAM,))]
             checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
+            if node.kafka_address:
+                checks.append((node.kafka_address, (socket.SOCK_STREAM,)))
             for address, kinds in checks:
                 host, port = split_address(address)
                 for kind in kinds:

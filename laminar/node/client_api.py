@@ -9,26 +9,21 @@ error reply.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from laminar.errors import (
-    CorruptLogError,
     InvalidRequestError,
     LaminarError,
-    NotLeaderError,
-    OffsetOutOfRangeError,
     ProtocolError,
-    RequestTimeoutError,
-    UnknownPartitionError,
-    UnknownTopicError,
 )
 from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
+from laminar.node import topic_admin
 from laminar.node.metadata import Topic
+from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
 from laminar.node.status import cluster_view, move_stage
 from laminar.protocol import (
@@ -48,8 +43,6 @@ from laminar.protocol import (
 )
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
-from laminar.segment import batch as record_batch
-from laminar.segment.log import LogConfig
 from laminar.transport import FramedProtocol, split_address
 
 if TYPE_CHECKING:
@@ -66,6 +59,7 @@ maxBytes asks for (whole batches may overshoot a limit by one batch)."""
 class ClientServer:
     def __init__(self, node: Node) -> None:
         self.node = node
+        self.io = PartitionIO(node)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
@@ -181,13 +175,9 @@ class ClientServer:
         return recorded
 
     async def _on_createTopic(self, spec: Any, response: Any, _payload: memoryview) -> None:
-        if is_internal(spec.name):
-            raise InvalidRequestError("topic names starting with '__' are the cluster's own")
-        if spec.partitions < 1:
-            raise InvalidRequestError("a topic needs at least one partition")
-        if spec.replicationFactor < 1:
-            raise InvalidRequestError("replication factor must be at least 1")
-        settings = self.node.settings_for(
+        topic = await topic_admin.create_topic(
+            self.node,
+            spec.name,
             {
                 "partitions": spec.partitions,
                 "replication_factor": spec.replicationFactor,
@@ -195,31 +185,12 @@ class ClientServer:
                 "segment_ms": spec.segmentMs,
                 "retention_ms": spec.retentionMs,
                 "retention_bytes": spec.retentionBytes,
-            }
+            },
         )
-        try:  # what every replica's log will be opened with: refuse now what it would refuse
-            LogConfig(
-                segment_bytes=settings.segment_bytes,
-                segment_ms=settings.segment_ms,
-                retention_ms=settings.retention_ms,
-                retention_bytes=settings.retention_bytes,
-                max_batch_bytes=self.node.config.max_batch_bytes,
-            )
-        except ValueError as exc:
-            raise InvalidRequestError(f"invalid topic settings: {exc}") from None
-        command = {"op": "create_topic", "name": spec.name, "settings": asdict(settings)}
-        await self.node.metadata_service.propose(command)
-        topic = self.node.state.topics.get(spec.name)
-        if topic is None:  # a delete committed right behind the create
-            raise UnknownTopicError(f"topic {spec.name!r} was deleted as it was created")
         self._fill_topic(response.body.init("topic"), topic)
 
     async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
-        if name not in self.node.state.topics:
-            raise UnknownTopicError(f"unknown topic {name!r}")
-        if is_internal(name):
-            raise InvalidRequestError(f"{name} is the cluster's own topic; it cannot be deleted")
-        await self.node.metadata_service.propose({"op": "delete_topic", "name": name})
+        await topic_admin.delete_topic(self.node, name)
         response.body.none = None
 
     async def _on_drainNode(self, node_id: int, response: Any, _payload: memoryview) -> None:
@@ -231,6 +202,7 @@ class ClientServer:
         acks = body.acks
         if acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
             raise InvalidRequestError(f"acks must be -1, 0 or 1, not {acks}")
+        io = self.io
         refs = list(body.batches)
         results = response.body.init("produce").init("results", len(refs))
         waits: list[tuple[int, Waiter]] = []
@@ -241,96 +213,44 @@ class ClientServer:
             try:
                 if is_internal(ref.topic):
                     raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
-                replica = self._leader_replica(ref.topic, ref.partition)
+                replica = io.leader_replica(ref.topic, ref.partition)
                 end = ref.payloadOffset + ref.payloadLength
                 if end > len(payload):
                     raise InvalidRequestError("batch reference runs past the frame payload")
                 data = payload[ref.payloadOffset : end]
-                header = record_batch.verify_batch(data, self.node.config.max_batch_bytes)
-                if record_batch.is_control(header):
-                    raise InvalidRequestError("clients may not produce control batches")
-                earlier = replica.storage.producers.find(header)
-                if earlier is not None:  # a retry of a batch this log already holds
-                    base, last = earlier.base_offset, earlier.last_offset
-                else:
-                    base, last = replica.raft.propose(data, header.record_count)
-                    replica.storage.producers.record(header, base, last)
+                base, last = io.append(replica, data, io.verify(data))
                 slot.baseOffset = base
                 slot.lastOffset = last
                 touched.add(replica)
-                if acks == ACKS_ALL and last > replica.raft.commit:
-                    waiter = Waiter(last, asyncio.get_running_loop().create_future())
-                    replica.commit_waiters.append(waiter)
-                    waits.append((position, waiter))
+                if acks == ACKS_ALL:
+                    waiter = io.commit_waiter(replica, last)
+                    if waiter is not None:
+                        waits.append((position, waiter))
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 slot.baseOffset = slot.lastOffset = -1
-        for replica in touched:
-            if acks == ACKS_LEADER:
-                self.node.runtime.process_now(replica)  # written to the leader's log on return
-            else:
-                self.node.runtime.wake(replica)
+        io.appended(touched, acks)
         if waits:
-            await self._await_commits(results, waits, body.timeoutMs or 30_000)
-
-    async def _await_commits(
-        self, results: Any, waits: list[tuple[int, Waiter]], timeout_ms: int
-    ) -> None:
-        futures = [waiter.future for _, waiter in waits]
-        await asyncio.wait(futures, timeout=timeout_ms / 1000)
-        for position, waiter in waits:
-            future = waiter.future
-            error: BaseException | None
-            if not future.done():
-                future.cancel()
-                error = RequestTimeoutError("the write did not commit in time; it may still")
-            else:
-                error = future.exception()
-            if error is not None:
-                fill_error(results[position].error, error)
+            outcomes = await io.await_commits([w for _, w in waits], body.timeoutMs or 30_000)
+            for (position, _), error in zip(waits, outcomes, strict=True):
+                if error is not None:
+                    fill_error(results[position].error, error)
 
     def _queue_replica(self, topic_name: str, partition: int) -> Replica:
         if is_internal(topic_name):
             raise InvalidRequestError(f"{topic_name} cannot be read as a queue")
-        return self._leader_replica(topic_name, partition)
-
-    def _leader_replica(self, topic_name: str, partition: int) -> Replica:
-        replica = self._any_replica(topic_name, partition)
-        if not replica.is_leader:
-            raise replica.not_leader(self.node.address_of)
-        return replica
-
-    def _any_replica(self, topic_name: str, partition: int) -> Replica:
-        topic = self.node.state.topics.get(topic_name)
-        if topic is None:
-            raise UnknownTopicError(f"unknown topic {topic_name!r}")
-        if partition >= len(topic.partitions):
-            raise UnknownPartitionError(
-                f"topic {topic_name!r} has {len(topic.partitions)} partitions, "
-                f"not partition {partition}"
-            )
-        replica = self.node.replica_for(topic_name, partition)
-        if replica is None:
-            leader = topic.partitions[partition].leader
-            raise NotLeaderError(
-                f"no replica of {topic_name}/{partition} on this node",
-                leader,
-                self.node.address_of(leader) if leader else "",
-            )
-        return replica
+        return self.io.leader_replica(topic_name, partition)
 
     # fetch -----------------------------------------------------------------------------------
     async def _on_fetch(self, body: Any, response: Any, _payload: memoryview) -> list[bytes]:
+        io = self.io
         wanted = list(body.partitions)
         max_wait = min(body.maxWaitMs, MAX_FETCH_WAIT_MS) / 1000
         replicas: list[Replica | LaminarError] = []
         for ask in wanted:
             try:
-                replica = self._any_replica(ask.topic, ask.partition)
-                if not (replica.log.start_offset <= ask.offset <= replica.high_watermark):
-                    raise OffsetOutOfRangeError(
-                        ask.offset, replica.log.start_offset, replica.high_watermark
-                    )
+                replica = io.any_replica(ask.topic, ask.partition)
+                io.check_fetch_offset(replica, ask.offset)
                 replicas.append(replica)
             except LaminarError as exc:
                 replicas.append(exc)
@@ -338,12 +258,8 @@ class ClientServer:
             isinstance(r, Replica) and ask.offset < r.high_watermark
             for r, ask in zip(replicas, wanted, strict=True)
         )
-        if not has_data and max_wait > 0 and any(isinstance(r, Replica) for r in replicas):
-            waiter = asyncio.get_running_loop().create_future()
-            for replica in replicas:
-                if isinstance(replica, Replica):
-                    replica.fetch_waiters.append(waiter)
-            await asyncio.wait([waiter], timeout=max_wait)
+        if not has_data:
+            await io.wait_for_data([r for r in replicas if isinstance(r, Replica)], max_wait)
         results = response.body.init("fetch").init("results", len(wanted))
         chunks: list[bytes] = []
         position = 0
@@ -361,15 +277,7 @@ class ClientServer:
             if ask.offset >= high or budget <= 0 or replica.closed:
                 continue
             try:
-                limit = min(ask.maxBytes or budget, budget)
-                with replica.log.read(ask.offset, limit, upto=high) as log_slice:
-                    view = log_slice.tobytes()
-            except CorruptLogError as exc:
-                # Never serve damaged bytes: the replica goes offline and is repaired from its
-                # peers; the client is sent to the (new) leader meanwhile.
-                self.node.runtime.fail(replica, exc)
-                fill_error(slot.error, NotLeaderError("replica offline after a storage fault"))
-                continue
+                view = io.read(replica, ask.offset, min(ask.maxBytes or budget, budget))
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 continue
@@ -387,15 +295,14 @@ class ClientServer:
             slot.topic = query.topic
             slot.partition = query.partition
             try:
-                replica = self._any_replica(query.topic, query.partition)
-                high = replica.high_watermark
+                replica = self.io.any_replica(query.topic, query.partition)
                 if query.timestamp == EARLIEST:
                     slot.offset = replica.log.start_offset
                 elif query.timestamp == LATEST:
-                    slot.offset = high
+                    slot.offset = replica.high_watermark
                 else:
-                    found = first_offset_at(replica, query.timestamp)
-                    slot.offset = found if found is not None and found < high else -1
+                    found = self.io.offset_for_time(replica, query.timestamp)
+                    slot.offset = -1 if found is None else found
             except LaminarError as exc:
                 fill_error(slot.error, exc)
                 slot.offset = -1
@@ -465,19 +372,3 @@ class ClientServer:
             slot.nodeId = fault["node_id"]
             slot.state = fault["state"]
             slot.error = fault["error"]
-
-
-def first_offset_at(replica: Replica, timestamp: int) -> int | None:
-    """The first record offset with a timestamp >= ``timestamp`` (Kafka's ListOffsets).
-
-    The time index finds the first batch whose newest record reaches the time; the records
-    inside that one batch are then checked, since a batch spans a range of timestamps.
-    """
-    found = replica.log.offset_for_timestamp(timestamp)
-    if found is None:
-        return None
-    (batch,) = replica.log.batches(found, found + 1, 1)[:1]
-    for record in record_batch.decode_records(batch):
-        if record.timestamp >= timestamp:
-            return record.offset
-    return found

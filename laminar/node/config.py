@@ -38,6 +38,10 @@ class NodeConfig:
     max_batch_bytes: int = 4 * 1024 * 1024
     node_dead_after_ms: int = 30_000
     max_concurrent_moves: int = 2
+    kafka_listen: str = ""
+    """Kafka wire protocol address host:port (laminar/kafka); empty: no Kafka listener."""
+    kafka_advertise: str = ""
+    """Kafka address clients are given in Metadata; default kafka_listen."""
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
@@ -54,7 +58,9 @@ class NodeConfig:
         if not self.advertise_peer:
             self.advertise_peer = self.peer_listen
         split_address(self.advertise_peer)
-        for address in [*self.peers.values(), *self.join]:
+        if self.kafka_listen and not self.kafka_advertise:
+            self.kafka_advertise = self.kafka_listen
+        for address in [*self.peers.values(), *self.join, *filter(None, [self.kafka_listen])]:
             split_address(address)
 
 

@@ -73,6 +73,8 @@ class NodeInfo:
     rack: str = ""
     """The operator's failure domain (``--rack``); consumer groups prefer a member in the
     rack of a partition's replica when choosing between equally loaded members."""
+    kafka_address: str = ""
+    """Where Kafka clients reach this node (``--kafka-advertise``); empty: no Kafka listener."""
 
 
 @dataclass(slots=True)
@@ -131,6 +133,7 @@ class MetadataState:
                 command["client_address"],
                 command["peer_address"],
                 command.get("rack", ""),
+                command.get("kafka_address", ""),
             )
             self.nodes[info.node_id] = info
             return info

@@ -19,6 +19,8 @@ from laminar.errors import (
     LaminarError,
 )
 from laminar.groups.service import INTERNAL_TOPIC, GroupService
+from laminar.kafka.broker import NodeBroker
+from laminar.kafka.server import KafkaServer
 from laminar.membership.driver import SwimDriver
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
@@ -112,6 +114,7 @@ class Node:
             lambda: max(1, min(3, len(self.live_nodes()))),
         )
         self.client_server = ClientServer(self)
+        self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
 
     # lifecycle -----------------------------------------------------------------------------
@@ -144,6 +147,8 @@ class Node:
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
+        if self.kafka_server is not None:
+            await self.kafka_server.start(self.config.kafka_listen)
         if known_dir:
             await self._start_network()
         self.runtime.start()
@@ -161,6 +166,7 @@ class Node:
             node_id=self.node_id,
             listen=self.config.listen,
             peer_listen=self.config.peer_listen,
+            kafka_listen=self.config.kafka_listen or None,
             metadata_voters=voters,
         )
 
@@ -176,6 +182,8 @@ class Node:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
         await self.client_server.stop()
+        if self.kafka_server is not None:
+            await self.kafka_server.stop()
         await self.groups.stop()
         await self.queues.stop()
         await self.swim.stop()
@@ -205,6 +213,7 @@ class Node:
             "peer_address": self.config.advertise_peer,
             "incarnation": self.amnesia.incarnation,
             "rack": self.config.rack,
+            "kafka_address": self.config.kafka_advertise,
         }
         while True:
             try:

@@ -24,6 +24,11 @@ class Written:
     base_sequence: int
     base_offset: int
     last_offset: int
+    producer_epoch: int = -1
+
+    @property
+    def last_sequence(self) -> int:
+        return self.base_sequence + self.last_offset - self.base_offset
 
 
 class ProducerTable:
@@ -40,19 +45,26 @@ class ProducerTable:
             written = self._producers[header.producer_id] = collections.deque(
                 maxlen=KEEP_PER_PRODUCER
             )
+        epoch = header.producer_epoch
         for entry in written:
-            if entry.base_sequence == header.base_sequence:
+            if entry.base_sequence == header.base_sequence and entry.producer_epoch == epoch:
                 return
-        written.append(Written(header.base_sequence, base_offset, last_offset))
+        written.append(Written(header.base_sequence, base_offset, last_offset, epoch))
 
     def find(self, header: BatchHeader) -> Written | None:
         """The earlier write of this batch, if it is a retry of one this log holds."""
         if header.producer_id < 0 or header.base_sequence < 0:
             return None
+        epoch = header.producer_epoch
         for entry in self._producers.get(header.producer_id, ()):
-            if entry.base_sequence == header.base_sequence:
+            if entry.base_sequence == header.base_sequence and entry.producer_epoch == epoch:
                 return entry
         return None
+
+    def last(self, producer_id: int) -> Written | None:
+        """The producer's most recent batch in this log (Kafka's sequence checks)."""
+        written = self._producers.get(producer_id)
+        return written[-1] if written else None
 
     def truncate(self, offset: int) -> None:
         for producer_id, written in list(self._producers.items()):

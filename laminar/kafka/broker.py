@@ -1,0 +1,131 @@
+"""The node as the Kafka handlers see it: a narrow view, not the whole ``Node``.
+
+Handlers reach partitions through ``io`` (``laminar.node.partition_io``, shared with the
+native protocol), cluster metadata through the read-only accessors here, and change topics
+through ``topic_admin``. The group APIs reach the group service through ``groups``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from laminar.groups.service import is_internal
+from laminar.node import topic_admin
+from laminar.node.metadata import Topic, TopicSettings
+from laminar.node.partition_io import PartitionIO
+from laminar.transport import split_address
+
+if TYPE_CHECKING:
+    from laminar.groups.service import GroupService
+    from laminar.node.node import Node
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionView:
+    leader: int
+    """Node id of the Raft leader, -1 if unknown."""
+    replicas: list[int]
+    isr: list[int]
+    leader_epoch: int
+
+
+class NodeBroker:
+    """What the Kafka handlers may use of a node."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self.io = PartitionIO(node)
+        self._rng = random.Random()
+
+    @property
+    def node_id(self) -> int:
+        return self._node.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self._node.config.cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        """Kafka's controller: the metadata leader (-1 while none is known)."""
+        return self._node.metadata_leader or -1
+
+    @property
+    def groups(self) -> GroupService:
+        return self._node.groups
+
+    def brokers(self) -> list[BrokerAddress]:
+        """Every registered node with a Kafka listener, at its advertised address."""
+        out = []
+        for info in sorted(self._node.state.nodes.values(), key=lambda n: n.node_id):
+            address = info.kafka_address
+            if info.node_id == self._node.node_id:
+                address = self._node.config.kafka_advertise
+            if not address:
+                continue
+            host, port = split_address(address)
+            out.append(BrokerAddress(info.node_id, host, port, info.rack or None))
+        if not any(b.node_id == self._node.node_id for b in out):  # not registered yet
+            host, port = split_address(self._node.config.kafka_advertise)
+            out.append(
+                BrokerAddress(self._node.node_id, host, port, self._node.config.rack or None)
+            )
+        return out
+
+    @property
+    def topics(self) -> dict[str, Topic]:
+        return self._node.state.topics
+
+    @staticmethod
+    def is_internal(name: str) -> bool:
+        return is_internal(name)
+
+    def partition(self, topic: Topic, index: int) -> PartitionView:
+        """Leader, replicas (the voters) and in-sync replicas (voters caught up with the
+        leader's commit, as far as this node knows: exact on the leader)."""
+        assignment = topic.partitions[index]
+        replica = self._node.replica_for(topic.name, index)
+        if replica is None or replica.closed:
+            replicas = list(assignment.replicas)
+            leader = assignment.leader or -1
+            return PartitionView(leader, replicas, replicas, assignment.leader_term or 0)
+        raft = replica.raft
+        voters = sorted(raft.conf.voters) or list(assignment.replicas)
+        leader = raft.leader_id or assignment.leader or -1
+        isr = voters
+        if replica.is_leader:
+            progress = raft.status().progress
+            commit = raft.commit
+            isr = [
+                v
+                for v in voters
+                if v == self.node_id or (v in progress and progress[v].match >= commit)
+            ]
+        return PartitionView(leader, voters, isr, raft.term)
+
+    def settings_for(self, spec: dict[str, Any]) -> TopicSettings:
+        return self._node.settings_for(spec)
+
+    async def create_topic(self, name: str, spec: dict[str, Any]) -> Topic:
+        return await topic_admin.create_topic(self._node, name, spec)
+
+    def check_create(self, name: str, spec: dict[str, Any]) -> None:
+        topic_admin.check_settings_spec(self._node, name, spec)
+
+    async def delete_topic(self, name: str) -> None:
+        await topic_admin.delete_topic(self._node, name)
+
+    def new_producer_id(self) -> int:
+        """A fresh idempotent producer id. Random in 2^62, like the native producer's: no
+        coordination needed, and a collision between two live producers is negligible."""
+        return self._rng.getrandbits(62) | 1 << 40

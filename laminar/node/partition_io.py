@@ -1,0 +1,186 @@
+"""Produce, fetch and list-offsets against the partitions a node hosts, protocol-neutral.
+
+Both client protocols call this: the native one (``client_api.ClientServer``, Cap'n Proto)
+and the Kafka listener (``laminar/kafka``). It knows replicas, logs and Raft, nothing about
+how a request was encoded; errors are laminar's typed errors, each protocol maps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+from laminar.errors import (
+    CorruptLogError,
+    InvalidRequestError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    RequestTimeoutError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
+from laminar.node.replica import Replica, Waiter
+from laminar.segment import batch as record_batch
+from laminar.segment.batch import BatchHeader
+
+if TYPE_CHECKING:
+    from laminar.node.node import Node
+
+ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
+
+
+class PartitionIO:
+    """The node's partitions as a client protocol needs them."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    @property
+    def max_batch_bytes(self) -> int:
+        return self.node.config.max_batch_bytes
+
+    # finding replicas ------------------------------------------------------------------------
+    def any_replica(self, topic_name: str, partition: int) -> Replica:
+        """This node's replica of the partition (leader or not); NotLeader if it has none."""
+        node = self.node
+        topic = node.state.topics.get(topic_name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {topic_name!r}")
+        if not 0 <= partition < len(topic.partitions):
+            raise UnknownPartitionError(
+                f"topic {topic_name!r} has {len(topic.partitions)} partitions, "
+                f"not partition {partition}"
+            )
+        replica = node.replica_for(topic_name, partition)
+        if replica is None:
+            leader = topic.partitions[partition].leader
+            raise NotLeaderError(
+                f"no replica of {topic_name}/{partition} on this node",
+                leader,
+                node.address_of(leader) if leader else "",
+            )
+        return replica
+
+    def leader_replica(self, topic_name: str, partition: int) -> Replica:
+        replica = self.any_replica(topic_name, partition)
+        if not replica.is_leader:
+            raise replica.not_leader(self.node.address_of)
+        return replica
+
+    # produce ---------------------------------------------------------------------------------
+    def verify(self, data: memoryview | bytes) -> BatchHeader:
+        """A client's batch, checked whole (length, magic, crc, limit); control is refused."""
+        header = record_batch.verify_batch(data, self.node.config.max_batch_bytes)
+        if record_batch.is_control(header):
+            raise InvalidRequestError("clients may not produce control batches")
+        return header
+
+    def append(
+        self, replica: Replica, data: memoryview | bytes, header: BatchHeader
+    ) -> tuple[int, int]:
+        """Propose a verified batch on the leader; a retry of a batch the log already holds
+        (same producer id and sequence) gets the first write's offsets instead."""
+        earlier = replica.storage.producers.find(header)
+        if earlier is not None:
+            return earlier.base_offset, earlier.last_offset
+        base, last = replica.raft.propose(data, header.record_count)
+        replica.storage.producers.record(header, base, last)
+        return base, last
+
+    def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
+        """A waiter released once ``last`` is committed (None: it already is)."""
+        if last <= replica.raft.commit:
+            return None
+        waiter = Waiter(last, asyncio.get_running_loop().create_future())
+        replica.commit_waiters.append(waiter)
+        return waiter
+
+    def appended(self, replicas: Iterable[Replica], acks: int) -> None:
+        """After a request's appends: acks=leader writes them to the leader's log before the
+        reply leaves; otherwise the runtime picks them up on its next drain."""
+        runtime = self.node.runtime
+        for replica in replicas:
+            if acks == ACKS_LEADER:
+                runtime.process_now(replica)
+            else:
+                runtime.wake(replica)
+
+    @staticmethod
+    async def await_commits(waiters: list[Waiter], timeout_ms: int) -> list[BaseException | None]:
+        """Wait for every waiter; each one's outcome (None: committed)."""
+        if waiters:
+            await asyncio.wait([w.future for w in waiters], timeout=timeout_ms / 1000)
+        out: list[BaseException | None] = []
+        for waiter in waiters:
+            future = waiter.future
+            if not future.done():
+                future.cancel()
+                out.append(RequestTimeoutError("the write did not commit in time; it may still"))
+            else:
+                out.append(future.exception())
+        return out
+
+    # fetch -----------------------------------------------------------------------------------
+    def check_fetch_offset(self, replica: Replica, offset: int) -> None:
+        if not (replica.log.start_offset <= offset <= replica.high_watermark):
+            raise OffsetOutOfRangeError(offset, replica.log.start_offset, replica.high_watermark)
+
+    @staticmethod
+    async def wait_for_data(replicas: list[Replica], max_wait_s: float) -> None:
+        """Long poll: return once any of ``replicas`` gets new committed data, or at the
+        deadline."""
+        if max_wait_s <= 0 or not replicas:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for replica in replicas:
+            replica.fetch_waiters.append(waiter)
+        await asyncio.wait([waiter], timeout=max_wait_s)
+
+    def read(self, replica: Replica, offset: int, limit: int) -> bytes:
+        """Whole committed batches from ``offset`` (at least one if any), about ``limit``
+        bytes. Damaged bytes are never served: the replica goes offline to be repaired and
+        the client is told NotLeader (to go to the new leader meanwhile)."""
+        try:
+            with replica.log.read(offset, limit, upto=replica.high_watermark) as log_slice:
+                return log_slice.tobytes()
+        except CorruptLogError as exc:
+            self.node.runtime.fail(replica, exc)
+            raise NotLeaderError("replica offline after a storage fault") from None
+
+    # offsets ---------------------------------------------------------------------------------
+    @staticmethod
+    def offset_for_time(replica: Replica, timestamp: int) -> int | None:
+        """The first committed offset whose record timestamp >= ``timestamp``, or None."""
+        found = first_record_at(replica, timestamp)
+        return found[0] if found is not None else None
+
+    @staticmethod
+    def record_at_time(replica: Replica, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first committed record at or after ``timestamp``."""
+        return first_record_at(replica, timestamp)
+
+    def address_of(self, node_id: int) -> str:
+        return self.node.address_of(node_id)
+
+
+def first_record_at(replica: Replica, timestamp: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first committed record with a timestamp >= ``timestamp``
+    (Kafka's ListOffsets).
+
+    The time index finds the first batch whose newest record reaches the time; the records
+    inside that one batch are then checked, since a batch spans a range of timestamps.
+    """
+    found = replica.log.offset_for_timestamp(timestamp)
+    if found is None or found >= replica.high_watermark:
+        return None
+    (batch,) = replica.log.batches(found, found + 1, 1)[:1]
+    for record in record_batch.decode_records(batch):
+        if record.timestamp >= timestamp:
+            if record.offset >= replica.high_watermark:
+                return None
+            return record.offset, record.timestamp
+    return None
+
+
+AddressOf = Callable[[int], str]
