@@ -35,6 +35,8 @@ class GroupView:
     offsets: dict[TopicPartition, OffsetValue]
     protocol: str = "consumer"
     """``consumer`` (KIP-848, laminar's own) or ``classic`` (Kafka's JoinGroup/SyncGroup)."""
+    protocol_type: str = "consumer"
+    """A classic group's protocol type (``consumer`` for consumers, ``connect``...)."""
 
 
 def state_name(group: GroupState) -> str:
@@ -106,4 +108,12 @@ def describe_classic(
             )
         )
     state = CLASSIC_STATES.get(view.state, view.state)
-    return GroupView(view.name, state, view.generation, tuple(members), offsets, "classic")
+    return GroupView(
+        view.name,
+        state,
+        view.generation,
+        tuple(members),
+        offsets,
+        "classic",
+        view.protocol_type or "consumer",
+    )

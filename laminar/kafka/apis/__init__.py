@@ -10,13 +10,23 @@ from laminar.kafka.api import Api
 from laminar.kafka.apis import (
     api_versions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     produce,
+    sync_group,
 )
 
 MODULES = [
@@ -29,6 +39,17 @@ MODULES = [
     delete_topics,
     describe_configs,
     init_producer_id,
+    # consumer groups (classic protocol and offsets)
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    list_groups,
+    describe_groups,
+    delete_groups,
 ]
 
 SERVED: dict[int, Api] = {}
