@@ -1,0 +1,153 @@
+"""Consumer groups through the Kafka listener with the real clients (kafka-python, aiokafka,
+confluent-kafka), on one 3-node cluster of node processes (classic JoinGroup/SyncGroup groups,
+client-side assignors, offsets in ``__consumer_offsets``).
+
+For each client:
+* two members share a topic's 6 partitions (disjoint, covering); one stops committing, reads
+  some more and closes (LeaveGroup): the other takes all partitions over from the committed
+  offsets: no record is skipped, and only what was read without a commit is read twice;
+* the node coordinating the group is SIGKILLed while the members consume: they find the new
+  coordinator, rejoin and read everything produced afterwards; the node comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from laminar.client.admin import Admin
+from laminar.client.localcluster import LocalCluster, free_port_pairs, free_ports
+from tests.cluster_fixture import ClusterHandle, run_sync
+from tests.group_harness import create_topic
+from tests.kafka_members import CLIENTS, Member, produce, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+PARTITIONS = 6
+ALL = frozenset(range(PARTITIONS))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> ClusterHandle:
+    root = Path(tmp_path_factory.mktemp("kafka-groups"))
+    local = LocalCluster(
+        root / "cluster",
+        free_port_pairs(3),
+        kafka_ports=free_ports(3),
+        python=sys.executable,
+        extra_args=["--group-initial-rebalance-delay", "0.5", "--group-min-session-timeout", "1"],
+    )
+    handle = ClusterHandle(local)
+    local.start()
+    try:
+        handle.wait_ready(60)
+        yield handle
+    finally:
+        handle.stop()
+
+
+def kafka_bootstrap(cluster: ClusterHandle) -> str:
+    return cluster.local.kafka_bootstrap
+
+
+def split_evenly(members: list[Member]) -> bool:
+    owned = [m.assignment for m in members]
+    return sum(len(a) for a in owned) == PARTITIONS and frozenset().union(*owned) == ALL
+
+
+def check_errors(*members: Member) -> None:
+    for m in members:
+        assert m.error is None, f"{m.name}: {m.error!r}"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_two_members_share_then_one_takes_over(cluster: ClusterHandle, client: str) -> None:
+    topic, group = f"share-{client}", f"g-share-{client}"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    first = produce(bootstrap, topic, PARTITIONS, 300, "a")
+    a = Member(client, bootstrap, topic, group, f"{client}-a").start()
+    b = Member(client, bootstrap, topic, group, f"{client}-b").start()
+    try:
+        wait_for(
+            lambda: split_evenly([a, b]) and bool(a.assignment) and bool(b.assignment),
+            60,
+            "two members sharing the partitions",
+        )
+        check_errors(a, b)
+        assert not a.assignment & b.assignment
+        wait_for(lambda: set(first) <= set(a.values() + b.values()), 60, "the first records")
+        # The native admin sees a classic group with both members and their partitions.
+        description = run_sync(_describe(cluster.bootstrap, group))
+        assert description.state == "stable" and len(description.members) == 2
+        assert sorted(p.partition for m in description.members for p in m.assigned) == sorted(ALL)
+        # b reads more without committing, then leaves; a takes over from b's commits.
+        b.hold_commits = True
+        second = produce(bootstrap, topic, PARTITIONS, 300, "b")
+        wait_for(lambda: len(b.uncommitted) > 0, 60, "b to read without committing")
+        b.close()
+        wait_for(lambda: a.assignment == ALL, 60, "a to own every partition")
+        wait_for(lambda: set(second) <= set(a.values() + b.values()), 60, "the second records")
+        check_errors(a, b)
+    finally:
+        a.close()
+        b.close()
+    counts = Counter(a.values() + b.values())
+    assert set(first) | set(second) <= set(counts), "a record was skipped"
+    again = {v for v, n in counts.items() if n > 1}
+    allowed = {v for _p, _o, v in a.uncommitted + b.uncommitted}
+    assert again <= allowed, f"read twice although committed: {sorted(again - allowed)[:5]}"
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_members_rejoin_after_the_coordinator_is_killed(
+    cluster: ClusterHandle, client: str
+) -> None:
+    topic, group = f"kill-{client}", f"g-kill-{client}"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    first = produce(bootstrap, topic, PARTITIONS, 120, "a")
+    a = Member(client, bootstrap, topic, group, f"{client}-ka").start()
+    b = Member(client, bootstrap, topic, group, f"{client}-kb").start()
+    killed = 0
+    try:
+        wait_for(lambda: split_evenly([a, b]) and a.assignment and b.assignment, 60, "sharing")
+        wait_for(lambda: set(first) <= set(a.values() + b.values()), 60, "the first records")
+        killed = run_sync(_describe(cluster.bootstrap, group)).coordinator
+        cluster.kill(killed)
+        second = produce(_without(bootstrap, cluster, killed), topic, PARTITIONS, 120, "b")
+        wait_for(lambda: set(second) <= set(a.values() + b.values()), 90, "records after the kill")
+        wait_for(lambda: split_evenly([a, b]), 60, "the group to settle again")
+        check_errors(a, b)
+        after = run_sync(_describe(_native_without(cluster, killed), group))
+        assert after.coordinator != killed and len(after.members) == 2
+    finally:
+        a.close()
+        b.close()
+        if killed:
+            cluster.restart(killed)
+    counts = Counter(a.values() + b.values())
+    assert set(first) | set(second) <= set(counts), "a record was skipped"
+
+
+async def _describe(bootstrap: str, group: str):
+    async with Admin(bootstrap) as admin:
+        for _ in range(100):
+            try:
+                return await admin.describe_group(group)
+            except Exception:  # the coordinator is being elected
+                await asyncio.sleep(0.2)
+        return await admin.describe_group(group)
+
+
+def _without(bootstrap: str, cluster: ClusterHandle, node_id: int) -> str:
+    dead = cluster.nodes[node_id].kafka_address
+    return ",".join(a for a in bootstrap.split(",") if a != dead)
+
+
+def _native_without(cluster: ClusterHandle, node_id: int) -> str:
+    return ",".join(n.client_address for i, n in cluster.nodes.items() if i != node_id)
