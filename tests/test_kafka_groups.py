@@ -7,7 +7,8 @@ For each client:
   some more and closes (LeaveGroup): the other takes all partitions over from the committed
   offsets: no record is skipped, and only what was read without a commit is read twice;
 * the node coordinating the group is SIGKILLed while the members consume: they find the new
-  coordinator, rejoin and read everything produced afterwards; the node comes back.
+  coordinator (which loaded the group's generation and members from the log), go on reading
+  everything produced afterwards and commit it there; the node comes back.
 """
 
 from __future__ import annotations
@@ -123,8 +124,13 @@ def test_members_rejoin_after_the_coordinator_is_killed(
         wait_for(lambda: set(second) <= set(a.values() + b.values()), 90, "records after the kill")
         wait_for(lambda: split_evenly([a, b]), 60, "the group to settle again")
         check_errors(a, b)
-        after = run_sync(_describe(_native_without(cluster, killed), group))
+        native = _native_without(cluster, killed)
+        after = run_sync(_describe(native, group))
         assert after.coordinator != killed and len(after.members) == 2
+        # Commits reach the new coordinator: in the end, everything read is committed.
+        wait_for(
+            lambda: _committed(native, group) == _read_up_to(a, b), 60, "commits after the kill"
+        )
     finally:
         a.close()
         b.close()
@@ -142,6 +148,19 @@ async def _describe(bootstrap: str, group: str):
             except Exception:  # the coordinator is being elected
                 await asyncio.sleep(0.2)
         return await admin.describe_group(group)
+
+
+def _committed(bootstrap: str, group: str) -> dict[int, int]:
+    return {o.partition: o.offset for o in run_sync(_describe(bootstrap, group)).offsets}
+
+
+def _read_up_to(*members: Member) -> dict[int, int]:
+    """Per partition, the offset after the last record any member read."""
+    out: dict[int, int] = {}
+    for m in members:
+        for partition, offset, _value in list(m.got):
+            out[partition] = max(out.get(partition, 0), offset + 1)
+    return out
 
 
 def _without(bootstrap: str, cluster: ClusterHandle, node_id: int) -> str:
