@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from laminar.client.descriptions import ClusterStatus
-from laminar.client.localcluster import LocalCluster, LocalNode, free_port_pairs
+from laminar.client.localcluster import LocalCluster, LocalNode, free_port_pairs, free_ports
 
 T = TypeVar("T")
 
@@ -44,6 +44,11 @@ class ClusterHandle:
     @property
     def bootstrap(self) -> str:
         return self.local.bootstrap
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """The nodes' Kafka listeners (started with ``kafka=True``)."""
+        return self.local.kafka_bootstrap
 
     @property
     def nodes(self) -> dict[int, LocalNode]:
@@ -102,14 +107,17 @@ def start_cluster(
     timeout: float = READY_TIMEOUT,
     log_level: str = "info",
     extra_args: list[str] | None = None,
+    kafka: bool = False,
 ) -> ClusterHandle:
     """Start ``nodes`` node processes under ``tmp_path``; by default wait until ready.
-    ``extra_args`` go to every `laminar node start`."""
+    ``extra_args`` go to every `laminar node start`; ``kafka`` opens a Kafka listener on
+    each node (``kafka_bootstrap``)."""
     local = LocalCluster(
         Path(tmp_path) / "cluster",
         free_port_pairs(nodes),
         log_level=log_level,
         extra_args=extra_args or (),
+        kafka_ports=free_ports(nodes) if kafka else None,
     )
     handle = ClusterHandle(local)
     local.start()

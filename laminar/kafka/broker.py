@@ -15,6 +15,7 @@ from laminar.groups.service import is_internal
 from laminar.node import topic_admin
 from laminar.node.metadata import Topic, TopicSettings
 from laminar.node.partition_io import PartitionIO
+from laminar.raft.progress import REPLICATE
 from laminar.transport import split_address
 
 if TYPE_CHECKING:
@@ -91,25 +92,32 @@ class NodeBroker:
         return is_internal(name)
 
     def partition(self, topic: Topic, index: int) -> PartitionView:
-        """Leader, replicas (the voters) and in-sync replicas (voters caught up with the
-        leader's commit, as far as this node knows: exact on the leader)."""
+        """Leader, replicas (the voters) and in-sync replicas: the live voters (gossip or a
+        peer connection) and, on the leader, only those whose log reached the commit or that
+        it streams to (Raft's replicate state)."""
         assignment = topic.partitions[index]
+        live = set(self._node.live_nodes())
         replica = self._node.replica_for(topic.name, index)
         if replica is None or replica.closed:
             replicas = list(assignment.replicas)
             leader = assignment.leader or -1
-            return PartitionView(leader, replicas, replicas, assignment.leader_term or 0)
+            isr = [v for v in replicas if v in live]
+            return PartitionView(leader, replicas, isr, assignment.leader_term or 0)
         raft = replica.raft
         voters = sorted(raft.conf.voters) or list(assignment.replicas)
         leader = raft.leader_id or assignment.leader or -1
-        isr = voters
+        isr = [v for v in voters if v in live]
         if replica.is_leader:
             progress = raft.status().progress
             commit = raft.commit
             isr = [
                 v
-                for v in voters
-                if v == self.node_id or (v in progress and progress[v].match >= commit)
+                for v in isr
+                if v == self.node_id
+                or (
+                    v in progress
+                    and (progress[v].match >= commit or progress[v].state == REPLICATE)
+                )
             ]
         return PartitionView(leader, voters, isr, raft.term)
 

@@ -57,7 +57,9 @@ class KafkaConnection(asyncio.Protocol):
         self.server = server
         self.transport: Any = None
         self.buffer = bytearray()
-        self.pending: collections.deque[asyncio.Future[bytes | None]] = collections.deque()
+        self.pending: collections.deque[asyncio.Future[bytes | bytearray | None]] = (
+            collections.deque()
+        )
         self.peer = ""
         self.closed = False
         self.paused = False
@@ -97,6 +99,10 @@ class KafkaConnection(asyncio.Protocol):
             log.warning("malformed kafka request; closing", peer=self.peer, error=str(exc))
             self.close()
             return
+        except Exception:  # never let a request take the node down
+            log.exception("kafka request not accepted; closing", peer=self.peer)
+            self.close()
+            return
         if pos:
             del buf[:pos]
 
@@ -106,19 +112,22 @@ class KafkaConnection(asyncio.Protocol):
         header = decode_request_header(view, flexible_of)
         api = SERVED.get(header.api_key)
         loop = asyncio.get_running_loop()
-        slot: asyncio.Future[bytes | None] = loop.create_future()
+        slot: asyncio.Future[bytes | bytearray | None] = loop.create_future()
         self.pending.append(slot)
         if api is None or not api.serves(header.api_version):
             slot.set_result(unsupported_response(header.correlation_id, header.api_key))
             self._flush()
             return
-        body = decode(
-            api.request,
-            view,
-            header.body_offset,
-            header.api_version,
-            api.flexible(header.api_version),
-        )
+        try:
+            body = decode(
+                api.request,
+                view,
+                header.body_offset,
+                header.api_version,
+                api.flexible(header.api_version),
+            )
+        except KafkaCodecError as exc:
+            raise KafkaCodecError(f"{api.name} v{header.api_version}: {exc}") from None
         context = RequestContext(
             header.api_version,
             header.correlation_id,
@@ -138,22 +147,20 @@ class KafkaConnection(asyncio.Protocol):
         api: Api,
         context: RequestContext,
         body: dict[str, Any],
-        slot: asyncio.Future[bytes | None],
+        slot: asyncio.Future[bytes | bytearray | None],
     ) -> None:
         try:
             response = await api.handler(context, body)
             out = None
             if response is not None:
                 version = context.api_version
-                out = bytes(
-                    encode_response(
-                        context.correlation_id,
-                        api.response,
-                        response,
-                        version,
-                        api.flexible(version),
-                        api.response_header_v1(version),
-                    )
+                out = encode_response(
+                    context.correlation_id,
+                    api.response,
+                    response,
+                    version,
+                    api.flexible(version),
+                    api.response_header_v1(version),
                 )
         except asyncio.CancelledError:
             raise

@@ -8,10 +8,13 @@ how a request was encoded; errors are laminar's typed errors, each protocol maps
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import structlog
+
 from laminar.errors import (
+    CorruptBatchError,
     CorruptLogError,
     InvalidRequestError,
     NotLeaderError,
@@ -26,6 +29,8 @@ from laminar.segment.batch import BatchHeader
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
+
+log = structlog.get_logger(__name__)
 
 ACKS_NONE, ACKS_LEADER, ACKS_ALL = 0, 1, -1
 
@@ -169,18 +174,25 @@ def first_record_at(replica: Replica, timestamp: int) -> tuple[int, int] | None:
     (Kafka's ListOffsets).
 
     The time index finds the first batch whose newest record reaches the time; the records
-    inside that one batch are then checked, since a batch spans a range of timestamps.
+    inside that one batch are then checked, since a batch spans a range of timestamps (a
+    compressed batch is inflated for that, as Kafka's broker does, unless its first record
+    already qualifies; one that does not inflate answers its base offset, and its readers get
+    the CorruptBatchError).
     """
+    high = replica.high_watermark
     found = replica.log.offset_for_timestamp(timestamp)
-    if found is None or found >= replica.high_watermark:
+    if found is None or found >= high:
         return None
     (batch,) = replica.log.batches(found, found + 1, 1)[:1]
-    for record in record_batch.decode_records(batch):
+    header = record_batch.read_header(batch)
+    if header.first_timestamp >= timestamp:
+        return header.base_offset, header.first_timestamp
+    try:
+        records = record_batch.decode_records(batch)
+    except CorruptBatchError as exc:
+        log.warning("batch does not decode for a time lookup", offset=found, error=str(exc))
+        return found, header.max_timestamp
+    for record in records:
         if record.timestamp >= timestamp:
-            if record.offset >= replica.high_watermark:
-                return None
-            return record.offset, record.timestamp
+            return (record.offset, record.timestamp) if record.offset < high else None
     return None
-
-
-AddressOf = Callable[[int], str]
