@@ -18,7 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-CLIENTS = ("kafka-python", "aiokafka", "confluent-kafka")
+CLIENTS = ("kafka-python", "aiokafka", "confluent-kafka", "confluent-kafka/consumer")
+"""The last is librdkafka with ``group.protocol=consumer`` (KIP-848, ConsumerGroupHeartbeat);
+the others speak the classic protocol (JoinGroup/SyncGroup)."""
 SESSION_MS = 6000
 HEARTBEAT_MS = 500
 Record = tuple[int, int, bytes]
@@ -163,18 +165,20 @@ def _kp_close(c: Any) -> None:
 def _ck_make(m: Member) -> Any:
     from confluent_kafka import Consumer
 
-    c = Consumer(
-        {
-            "bootstrap.servers": m.bootstrap,
-            "group.id": m.group,
-            "client.id": m.name,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_MS,
-            "heartbeat.interval.ms": HEARTBEAT_MS,
-            "topic.metadata.refresh.interval.ms": 1000,
-        }
-    )
+    config = {
+        "bootstrap.servers": m.bootstrap,
+        "group.id": m.group,
+        "client.id": m.name,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "topic.metadata.refresh.interval.ms": 1000,
+    }
+    if m.client.endswith("/consumer"):  # timeouts are the coordinator's (node options)
+        config["group.protocol"] = "consumer"
+    else:
+        config["session.timeout.ms"] = SESSION_MS
+        config["heartbeat.interval.ms"] = HEARTBEAT_MS
+    c = Consumer(config)
     c.subscribe([m.topic])
     return c
 
@@ -193,6 +197,13 @@ def _ck_assigned(c: Any) -> frozenset[int]:
     return frozenset()
 
 
+_CONFLUENT = (
+    _ck_make,
+    _ck_poll,
+    _ck_assigned,
+    lambda c: c.commit(asynchronous=False),
+    lambda c: c.close(),
+)
 _SYNC: dict[str, tuple[Callable[..., Any], ...]] = {
     "kafka-python": (
         _kp_make,
@@ -201,13 +212,8 @@ _SYNC: dict[str, tuple[Callable[..., Any], ...]] = {
         lambda c: c.commit(),
         _kp_close,
     ),
-    "confluent-kafka": (
-        _ck_make,
-        _ck_poll,
-        _ck_assigned,
-        lambda c: c.commit(asynchronous=False),
-        lambda c: c.close(),
-    ),
+    "confluent-kafka": _CONFLUENT,
+    "confluent-kafka/consumer": _CONFLUENT,
 }
 
 

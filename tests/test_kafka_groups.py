@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from laminar.cli import app  # noqa: F401 - imports laminar.cli_group in its order
+from laminar.cli_group import render_group
 from laminar.client.admin import Admin
 from laminar.client.localcluster import LocalCluster, free_port_pairs, free_ports
 from tests.cluster_fixture import ClusterHandle, run_sync
@@ -40,7 +42,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> ClusterHandle:
         free_port_pairs(3),
         kafka_ports=free_ports(3),
         python=sys.executable,
-        extra_args=["--group-initial-rebalance-delay", "0.5", "--group-min-session-timeout", "1"],
+        extra_args=[
+            *("--group-initial-rebalance-delay", "0.5", "--group-min-session-timeout", "1"),
+            *("--group-session-timeout", "6", "--group-heartbeat-interval", "0.5"),
+        ],
     )
     handle = ClusterHandle(local)
     local.start()
@@ -67,7 +72,8 @@ def check_errors(*members: Member) -> None:
 
 @pytest.mark.parametrize("client", CLIENTS)
 def test_two_members_share_then_one_takes_over(cluster: ClusterHandle, client: str) -> None:
-    topic, group = f"share-{client}", f"g-share-{client}"
+    tag = client.replace("/", "-")
+    topic, group = f"share-{tag}", f"g-share-{tag}"
     run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
     bootstrap = kafka_bootstrap(cluster)
     first = produce(bootstrap, topic, PARTITIONS, 300, "a")
@@ -82,9 +88,13 @@ def test_two_members_share_then_one_takes_over(cluster: ClusterHandle, client: s
         check_errors(a, b)
         assert not a.assignment & b.assignment
         wait_for(lambda: set(first) <= set(a.values() + b.values()), 60, "the first records")
-        # The native admin sees a classic group with both members and their partitions.
+        # The native admin sees the group (classic, or KIP-848 for group.protocol=consumer) with
+        # both members and their partitions.
         description = run_sync(_describe(cluster.bootstrap, group))
+        protocol = "consumer" if client.endswith("/consumer") else "classic"
+        assert description.protocol == protocol
         assert description.state == "stable" and len(description.members) == 2
+        assert f"PROTOCOL     {protocol}" in render_group(description)  # laminar group describe
         assert sorted(p.partition for m in description.members for p in m.assigned) == sorted(ALL)
         # b reads more without committing, then leaves; a takes over from b's commits.
         b.hold_commits = True
@@ -108,7 +118,8 @@ def test_two_members_share_then_one_takes_over(cluster: ClusterHandle, client: s
 def test_members_rejoin_after_the_coordinator_is_killed(
     cluster: ClusterHandle, client: str
 ) -> None:
-    topic, group = f"kill-{client}", f"g-kill-{client}"
+    tag = client.replace("/", "-")
+    topic, group = f"kill-{tag}", f"g-kill-{tag}"
     run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
     bootstrap = kafka_bootstrap(cluster)
     first = produce(bootstrap, topic, PARTITIONS, 120, "a")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
     api_versions,
+    consumer_group_heartbeat,
     create_topics,
     delete_groups,
     delete_topics,
@@ -50,6 +51,7 @@ MODULES = [
     list_groups,
     describe_groups,
     delete_groups,
+    consumer_group_heartbeat,
 ]
 
 SERVED: dict[int, Api] = {}
