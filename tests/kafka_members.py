@@ -33,6 +33,8 @@ class Member:
     topic: str
     group: str
     name: str
+    instance_id: str | None = None
+    """group.instance.id: a static member."""
     got: list[Record] = field(default_factory=list)
     uncommitted: list[Record] = field(default_factory=list)
     assignment: frozenset[int] = frozenset()
@@ -110,6 +112,7 @@ class Member:
             auto_offset_reset="earliest",
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
+            **({"group_instance_id": self.instance_id} if self.instance_id else {}),
         )
         await consumer.start()
         try:
@@ -147,6 +150,7 @@ def _kp_make(m: Member) -> Any:
         session_timeout_ms=SESSION_MS,
         heartbeat_interval_ms=HEARTBEAT_MS,
         max_poll_records=50,
+        group_instance_id=m.instance_id,
     )
 
 
@@ -173,6 +177,8 @@ def _ck_make(m: Member) -> Any:
         "auto.offset.reset": "earliest",
         "topic.metadata.refresh.interval.ms": 1000,
     }
+    if m.instance_id:
+        config["group.instance.id"] = m.instance_id
     if m.client.endswith("/consumer"):  # timeouts are the coordinator's (node options)
         config["group.protocol"] = "consumer"
     else:

@@ -181,3 +181,69 @@ def _without(bootstrap: str, cluster: ClusterHandle, node_id: int) -> str:
 
 def _native_without(cluster: ClusterHandle, node_id: int) -> str:
     return ",".join(n.client_address for i, n in cluster.nodes.items() if i != node_id)
+
+
+def test_group_admin_apis_through_kafka_python(cluster: ClusterHandle) -> None:
+    """ListGroups, DescribeGroups, OffsetFetch (several groups at once), OffsetCommit from
+    outside a group, LeaveGroup by static instance id and DeleteGroups, as kafka-python's
+    admin client uses them."""
+    from kafka import TopicPartition
+    from kafka.admin import KafkaAdminClient, MemberToRemove
+    from kafka.structs import OffsetAndMetadata
+
+    topic = "admin-topic"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    produce(bootstrap, topic, PARTITIONS, 60, "x")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    member = Member("kafka-python", bootstrap, topic, "admin-live", "admin-m", instance_id="i-1")
+    try:
+        # Commits from outside a group (generation -1) create it; two groups in one fetch.
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        errors = admin.alter_group_offsets(
+            "admin-offline", {tp: OffsetAndMetadata(5, "", -1) for tp in tps}
+        )
+        assert all(e.__name__ == "NoError" for e in errors.values()), errors
+        member.start()
+        wait_for(lambda: member.assignment == ALL, 60, "the static member's assignment")
+        wait_for(lambda: len(member.got) >= 60, 60, "the records")
+        fetched = admin.list_group_offsets({"admin-offline": None, "admin-live": None})
+        assert {tp.partition: o.offset for tp, o in fetched["admin-offline"].items()} == {
+            p: 5 for p in range(PARTITIONS)
+        }
+        # (each partition also holds a Raft no-op: a control batch the consumer steps over)
+        assert min(o.offset for o in fetched["admin-live"].values()) >= 60 // PARTITIONS
+        groups = {g["group_id"]: g for g in admin.list_groups()}
+        assert groups["admin-live"]["protocol_type"] == "consumer"
+        assert "admin-offline" in groups
+        described = admin.describe_groups(["admin-live", "no-such-group"])
+        live = described["admin-live"]
+        assert live["group_state"] == "Stable" and live["protocol_data"] == "range"
+        (m,) = live["members"]
+        assert m["group_instance_id"] == "i-1" and m["client_id"] == "admin-m", m
+        assigned = m["member_assignment"]["assigned_partitions"]  # decoded by kafka-python
+        assert assigned == [{"topic": topic, "partitions": sorted(ALL)}]
+        assert described["no-such-group"]["group_state"] == "Dead"
+        # A group with members cannot be deleted; removing the static member by its instance
+        # id (LeaveGroup v3+) empties it.
+        result = admin.delete_groups(["admin-live", "admin-offline", "never-was"])
+        assert result == {
+            "admin-live": "NonEmptyGroupError",
+            "admin-offline": "OK",
+            "never-was": "GroupIdNotFoundError",
+        }, result
+        removed = admin.remove_group_members(
+            "admin-live", [MemberToRemove(group_instance_id="i-1")]
+        )
+        assert [e.__name__ for e in removed.values()] == ["NoError"]
+        wait_for(
+            lambda: (
+                admin.describe_groups(["admin-live"])["admin-live"]["group_state"]
+                in ("Empty", "PreparingRebalance", "CompletingRebalance", "Stable")
+            ),
+            30,
+            "the removal",
+        )
+    finally:
+        member.close()
+        admin.close()

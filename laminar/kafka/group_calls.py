@@ -107,16 +107,25 @@ async def try_call(
         return None, group_error(exc)
 
 
+FIND_WAIT_SECONDS = 5.0
+"""How long FindCoordinator waits for a shard leader (the internal topic being created, an
+election under way) before answering COORDINATOR_NOT_AVAILABLE: some clients (kafka-python's
+admin) give up on the first such answer."""
+
+
 async def coordinator_address(ctx: RequestContext, group: str) -> tuple[Any, int]:
     """(BrokerAddress of ``group``'s coordinator, error code)."""
     broker = ctx.broker
-    try:
-        node = await asyncio.wait_for(broker.groups.coordinator_node(group), 5.0)
-    except (LaminarError, TimeoutError):
-        node = None
-    if node is None:
-        return None, COORDINATOR_NOT_AVAILABLE
-    address = next((b for b in broker.brokers() if b.node_id == node), None)
-    if address is None:
-        return None, COORDINATOR_NOT_AVAILABLE
-    return address, errors.NONE
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + FIND_WAIT_SECONDS
+    while True:
+        try:
+            node = await asyncio.wait_for(broker.groups.coordinator_node(group), FIND_WAIT_SECONDS)
+        except (LaminarError, TimeoutError):
+            node = None
+        address = next((b for b in broker.brokers() if b.node_id == node), None)
+        if address is not None:
+            return address, errors.NONE
+        if loop.time() >= deadline:
+            return None, COORDINATOR_NOT_AVAILABLE
+        await asyncio.sleep(0.05)
