@@ -113,7 +113,8 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
             out_topics.append(
                 {
                     "error_code": errors.UNKNOWN_TOPIC_OR_PARTITION,
-                    "name": name,
+                    # an unknown topic id has no name; before v12 the name cannot be null
+                    "name": name if name is not None or ctx.api_version >= 12 else "",
                     "topic_id": wanted_id,
                     "partitions": [],
                 }
