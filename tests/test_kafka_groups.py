@@ -278,3 +278,37 @@ def test_every_version_of_the_group_apis_is_answered(cluster: ClusterHandle) -> 
     assert answered > 100
     for node in cluster.nodes.values():
         assert "kafka request failed" not in node.log_path.read_text(errors="replace")
+
+
+def test_a_static_member_restarts_without_a_rebalance(cluster: ClusterHandle) -> None:
+    """kafka-python static members (group.instance.id): one closes (a static member sends no
+    LeaveGroup) and starts again within its session timeout under a new member id; it gets
+    its partitions back, the generation does not change and the other member is not
+    disturbed; the old member id is gone."""
+    topic, group = "static-topic", "g-static"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    produce(bootstrap, topic, PARTITIONS, 60, "s")
+    a = Member("kafka-python", bootstrap, topic, group, "static-a", instance_id="i-a").start()
+    b = Member("kafka-python", bootstrap, topic, group, "static-b", instance_id="i-b").start()
+    again = None
+    try:
+        wait_for(lambda: split_evenly([a, b]) and a.assignment and b.assignment, 60, "sharing")
+        before = run_sync(_describe(cluster.bootstrap, group))
+        owned_a, owned_b = a.assignment, b.assignment
+        b.close()
+        again = Member("kafka-python", bootstrap, topic, group, "static-b2", instance_id="i-b")
+        again.start()
+        wait_for(lambda: again.assignment == owned_b, 30, "the restarted member's partitions")
+        after = run_sync(_describe(cluster.bootstrap, group))
+        assert after.epoch == before.epoch, "a static restart must not rebalance"
+        assert a.assignment == owned_a
+        ids_before = {m.instance_id: m.member_id for m in before.members}
+        ids_after = {m.instance_id: m.member_id for m in after.members}
+        assert ids_after["i-a"] == ids_before["i-a"] and ids_after["i-b"] != ids_before["i-b"]
+        check_errors(a, b, again)
+    finally:
+        a.close()
+        b.close()
+        if again is not None:
+            again.close()
