@@ -161,6 +161,22 @@ async def _describe(bootstrap: str, group: str):
         return await admin.describe_group(group)
 
 
+def _cli(*args: str) -> str:
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-m", "laminar", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=True,
+    )
+    return done.stdout
+
+
 def _committed(bootstrap: str, group: str) -> dict[int, int]:
     return {o.partition: o.offset for o in run_sync(_describe(bootstrap, group)).offsets}
 
@@ -281,18 +297,21 @@ def test_every_version_of_the_group_apis_is_answered(cluster: ClusterHandle) -> 
 
 
 def test_a_static_member_restarts_without_a_rebalance(cluster: ClusterHandle) -> None:
-    """kafka-python static members (group.instance.id): one closes (a static member sends no
-    LeaveGroup) and starts again within its session timeout under a new member id; it gets
-    its partitions back, the generation does not change and the other member is not
-    disturbed; the old member id is gone."""
+    """kafka-python static members (group.instance.id): the follower closes (a static member
+    sends no LeaveGroup) and starts again within its session timeout under a new member id; it
+    gets its partitions back, the generation does not change and the leader is not disturbed;
+    the old member id is gone."""
     topic, group = "static-topic", "g-static"
     run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
     bootstrap = kafka_bootstrap(cluster)
     produce(bootstrap, topic, PARTITIONS, 60, "s")
     a = Member("kafka-python", bootstrap, topic, group, "static-a", instance_id="i-a").start()
-    b = Member("kafka-python", bootstrap, topic, group, "static-b", instance_id="i-b").start()
+    b = Member("kafka-python", bootstrap, topic, group, "static-b", instance_id="i-b")
     again = None
     try:
+        # a first, so that a leads (the leader keeps leading): b is the follower that restarts
+        wait_for(lambda: a.assignment == ALL, 60, "a alone")
+        b.start()
         wait_for(lambda: split_evenly([a, b]) and a.assignment and b.assignment, 60, "sharing")
         before = run_sync(_describe(cluster.bootstrap, group))
         owned_a, owned_b = a.assignment, b.assignment
@@ -307,6 +326,12 @@ def test_a_static_member_restarts_without_a_rebalance(cluster: ClusterHandle) ->
         ids_after = {m.instance_id: m.member_id for m in after.members}
         assert ids_after["i-a"] == ids_before["i-a"] and ids_after["i-b"] != ids_before["i-b"]
         check_errors(a, b, again)
+        # `laminar group list` / `describe` show the classic group.
+        listed = _cli("group", "list", "--bootstrap", cluster.bootstrap)
+        row = next(line.split() for line in listed.splitlines() if line.startswith(group))
+        assert row[1:3] == ["stable", "2"] and row[-1] == "classic", listed
+        described = _cli("group", "describe", group, "--bootstrap", cluster.bootstrap)
+        assert "PROTOCOL     classic" in described and "i-b" in described, described
     finally:
         a.close()
         b.close()

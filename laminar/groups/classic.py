@@ -24,7 +24,8 @@ Fencing: a heartbeat, sync or offset commit names a member and the generation it
 member not in the group is ``UNKNOWN_MEMBER_ID``, another generation ``ILLEGAL_GENERATION``, and
 a member whose static instance id (KIP-345) has been taken over by a newer member id is
 ``FENCED_INSTANCE_ID``. A static member that joins again under its instance id takes over its
-predecessor's place (and assignment): in ``Stable`` with unchanged protocols nobody rebalances.
+predecessor's place (and assignment): in ``Stable``, unless that changes the protocol the
+group would select, nobody rebalances.
 
 Durability: the group as of its last completed join or sync (generation, protocol, leader, each
 member with its subscription and assignment) is the record ``ClassicGroupKey`` (Kafka's
@@ -621,7 +622,6 @@ class ClassicGroups:
         old = g.members[old_id]
         fenced = FencedInstanceIdError(f"instance {old.instance_id} joined again as {new_id}")
         self._drop_waiters(old, fenced)
-        protocols_before = (old.protocol_type, old.protocols)
         member = ClassicMember(new_id, old.instance_id, "", "", 0, 0, "", (), old.assignment)
         self._update(member, details, now_ms)
         g.members = {(new_id if k == old_id else k): (member if k == old_id else v)
@@ -632,7 +632,9 @@ class ClassicGroups:
         if old_id in g.pending_sync:
             g.pending_sync.discard(old_id)
             g.pending_sync.add(new_id)
-        if g.state == STABLE and protocols_before == (member.protocol_type, member.protocols):
+        if g.state == STABLE and g.select_protocol() == g.protocol:
+            # Kafka's rule: only a change of the protocol the group would select rebalances
+            # (a subscription's bytes differ between incarnations: owned partitions...).
             self._persist(g)  # the new member id must survive a fail-over
             result = self._join_result(g, member, skip_assignment=new_id == g.leader)
             return Reply(result, self._written())

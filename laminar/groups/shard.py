@@ -239,7 +239,7 @@ class ShardDriver:
         total = 0
         for group in self.coordinator.state.groups.values():
             total += 2 + len(group.members) + len(group.target_members)
-            total += len(group.assignments) + len(group.offsets)
+            total += len(group.assignments) + len(group.offsets) + (group.classic is not None)
         return total
 
     def _start_checkpoint(self) -> None:
