@@ -337,3 +337,24 @@ def test_a_static_member_restarts_without_a_rebalance(cluster: ClusterHandle) ->
         b.close()
         if again is not None:
             again.close()
+
+
+def test_a_group_id_is_classic_or_consumer_never_both(cluster: ClusterHandle) -> None:
+    """While a KIP-848 member (confluent-kafka, group.protocol=consumer) holds the group, a
+    classic member (kafka-python) is refused with INCONSISTENT_GROUP_PROTOCOL, as in Kafka 4;
+    the KIP-848 member keeps all partitions."""
+    topic, group = "mixed-topic", "g-mixed"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    modern = Member("confluent-kafka/consumer", bootstrap, topic, group, "mixed-new").start()
+    classic = Member("kafka-python", bootstrap, topic, group, "mixed-old")
+    try:
+        wait_for(lambda: modern.assignment == ALL, 60, "the KIP-848 member's partitions")
+        classic.start()
+        wait_for(lambda: classic.error is not None, 30, "the classic member's refusal")
+        assert type(classic.error).__name__ == "InconsistentGroupProtocolError", classic.error
+        assert modern.assignment == ALL and modern.error is None
+        assert run_sync(_describe(cluster.bootstrap, group)).protocol == "consumer"
+    finally:
+        modern.close()
+        classic.close()
