@@ -8,13 +8,16 @@ For each client:
   offsets: no record is skipped, and only what was read without a commit is read twice;
 * the node coordinating the group is SIGKILLed while the members consume: they find the new
   coordinator (which loaded the group's generation and members from the log), go on reading
-  everything produced afterwards and commit it there; the node comes back.
+  everything produced afterwards and commit it there; the node comes back; then a third member
+  joins and the coordinator is SIGKILLed again during that rebalance: the three end up
+  sharing the partitions and read everything produced afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -125,6 +128,7 @@ def test_members_rejoin_after_the_coordinator_is_killed(
     first = produce(bootstrap, topic, PARTITIONS, 120, "a")
     a = Member(client, bootstrap, topic, group, f"{client}-ka").start()
     b = Member(client, bootstrap, topic, group, f"{client}-kb").start()
+    c = Member(client, bootstrap, topic, group, f"{client}-kc")
     killed = 0
     try:
         wait_for(lambda: split_evenly([a, b]) and a.assignment and b.assignment, 60, "sharing")
@@ -142,13 +146,31 @@ def test_members_rejoin_after_the_coordinator_is_killed(
         wait_for(
             lambda: _committed(native, group) == _read_up_to(a, b), 60, "commits after the kill"
         )
+        cluster.restart(killed)
+        # A third member joins, and the coordinator dies while the group rebalances (held
+        # joins fail with NOT_COORDINATOR; the new coordinator has the last generation).
+        killed = run_sync(_describe(cluster.bootstrap, group)).coordinator
+        c.start()
+        time.sleep(1.0)
+        cluster.kill(killed)
+        third = produce(_without(bootstrap, cluster, killed), topic, PARTITIONS, 120, "c")
+        wait_for(
+            lambda: split_evenly([a, b, c]) and all(m.assignment for m in (a, b, c)),
+            90,
+            "three members",
+        )
+        wait_for(
+            lambda: set(third) <= set(a.values() + b.values() + c.values()), 90, "the third records"
+        )
+        check_errors(a, b, c)
     finally:
         a.close()
         b.close()
+        c.close()
         if killed:
             cluster.restart(killed)
-    counts = Counter(a.values() + b.values())
-    assert set(first) | set(second) <= set(counts), "a record was skipped"
+    counts = Counter(a.values() + b.values() + c.values())
+    assert set(first) | set(second) | set(third) <= set(counts), "a record was skipped"
 
 
 async def _describe(bootstrap: str, group: str):
