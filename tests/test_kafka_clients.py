@@ -653,3 +653,20 @@ def test_mutated_requests_never_take_a_node_down(cluster: ClusterHandle) -> None
     for node in cluster.nodes.values():
         log = node.log_path.read_text(errors="replace")
         assert "kafka request failed" not in log and "not accepted" not in log, node.log_path
+
+
+@pytest.mark.parametrize("acks", ["0", "1"])
+def test_acks_zero_and_one(cluster: ClusterHandle, acks: str) -> None:
+    """acks=0 gets no response at all (a reply would break the client's request order);
+    acks=1 is answered once the leader wrote the batch."""
+    topic = new_topic(cluster, partitions=1)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": acks, "linger.ms": 1}
+    )
+    for i in range(200):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+        if i % 50 == 49:
+            producer.flush(10)
+    assert producer.flush(30) == 0
+    got = confluent_consume(cluster.kafka_bootstrap, topic, 200, partitions=1)
+    assert [m[3] for m in got] == [b"%d" % i for i in range(200)]

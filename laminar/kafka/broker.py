@@ -66,9 +66,13 @@ class NodeBroker:
         return self._node.groups
 
     def brokers(self) -> list[BrokerAddress]:
-        """Every registered node with a Kafka listener, at its advertised address."""
+        """Every live registered node with a Kafka listener, at its advertised address (as a
+        Kafka broker lists only live brokers: clients stop dialling a dead one)."""
         out = []
+        live = set(self._node.live_nodes())
         for info in sorted(self._node.state.nodes.values(), key=lambda n: n.node_id):
+            if info.node_id not in live:
+                continue
             address = info.kafka_address
             if info.node_id == self._node.node_id:
                 address = self._node.config.kafka_advertise
@@ -82,6 +86,11 @@ class NodeBroker:
                 BrokerAddress(self._node.node_id, host, port, self._node.config.rack or None)
             )
         return out
+
+    @property
+    def node_count(self) -> int:
+        """Registered nodes (live or not)."""
+        return len(self._node.state.nodes)
 
     @property
     def topics(self) -> dict[str, Topic]:

@@ -91,13 +91,13 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
             if partitions == -1:
                 partitions = DEFAULT_PARTITIONS
             if replication == -1:
-                replication = min(DEFAULT_REPLICATION, len(broker.brokers()))
+                replication = min(DEFAULT_REPLICATION, broker.node_count)
             if partitions < 1:
                 raise KafkaError(errors.INVALID_PARTITIONS, "at least one partition")
-            if replication < 1 or replication > len(broker.brokers()):
+            if replication < 1 or replication > broker.node_count:
                 raise KafkaError(
                     errors.INVALID_REPLICATION_FACTOR,
-                    f"replication factor {replication} with {len(broker.brokers())} brokers",
+                    f"replication factor {replication} with {broker.node_count} nodes",
                 )
             spec = {"partitions": partitions, "replication_factor": replication}
             spec.update(topic_configs.spec_from_configs(item["configs"]))
