@@ -5,10 +5,10 @@ range assignor on the leader, some static members) against one ``Coordinator`` w
 go through a simulated internal partition: records become durable after a random lag, replies
 (held joins and syncs included) are released only after that, and a coordinator fail-over keeps
 the durable records plus a random prefix of the pending ones and rebuilds the coordinator from
-them (sometimes from a compacted log). Faults during the first phase: processes crash and
-restart (static ones under the same instance id), pause for up to twice the session timeout,
-close (LeaveGroup); requests and replies are lost and delayed; the coordinator fails over. Then
-a quiet phase.
+them (sometimes from a compacted log, sometimes from the newest durable checkpoint on).
+Faults during the first phase: processes crash and restart (static ones under the same
+instance id), pause for up to twice the session timeout, close (LeaveGroup); requests and
+replies are lost and delayed; the coordinator checkpoints and fails over. Then a quiet phase.
 
 The simulated client behaves like Kafka's: on REBALANCE_IN_PROGRESS it commits what it owns
 and drops it before joining again; on ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID /
@@ -24,8 +24,8 @@ Invariants (a violation raises ``SimFailure`` naming the seed and the replay com
 * an offset commit is accepted only at a generation no older than any generation already
   answered (a zombie of an older generation never commits), and an acknowledged commit survives
   fail-over (the offset is it or a later accepted commit);
-* a fail-over replays to exactly the durable records' state, compacted or not, and keeps the
-  newest answered generation.
+* a fail-over replays to exactly the durable records' state, from the whole log, a compacted
+  one or the newest durable checkpoint on, and keeps the newest answered generation.
 
 After the quiet phase every process is in one stable generation and the group's partitions are
 split disjointly and completely among them.
@@ -125,6 +125,7 @@ class ClassicSim:
         self.coord = Coordinator(CONFIG, TOPICS, 0)
         self.log: list[Record] = []  # durable records of every incarnation
         self.pending: list[tuple[Record, ...]] = []
+        self.checkpoints: list[tuple[int, int]] = []  # [start, end) in the log, once appended
         self.durable = 0  # durable records of the current incarnation
         self.down_until = -1
         self.held: dict[int, tuple[str, int]] = {}  # token -> (client, request id)
@@ -348,6 +349,15 @@ class ClassicSim:
         batch = self.coord.take_batch()
         if batch:
             self.pending.append(batch)
+        if not self.quiet and self.rng.random() < 0.03:
+            # A checkpoint restates every live key in an entry of its own; once durable, a
+            # replay may start where it starts (what a shard's log holds after a trim).
+            start = len(self.log) + sum(len(p) for p in self.pending)
+            self.coord.checkpoint()
+            restated = self.coord.take_batch()
+            self.pending.append(restated)
+            self.checkpoints.append((start, start + len(restated)))
+            self.stats["checkpoints"] += 1
         while self.pending and (self.quiet or self.rng.random() < 0.6):
             done = self.pending.pop(0)
             self.log.extend(done)
@@ -370,9 +380,15 @@ class ClassicSim:
         self.down_until = self.now + self.rng.randint(0, 8) * STEP_MS
         start = max(self.down_until, self.now)
         records = self.log
-        if self.rng.random() < 0.5:
+        durable_checkpoints = [c for c in self.checkpoints if c[1] <= len(self.log)]
+        self.checkpoints = []
+        roll = self.rng.random()
+        if roll < 0.4:
             records = compact(self.log)
             self.stats["compactions"] += 1
+        elif roll < 0.8 and durable_checkpoints:
+            records = self.log[durable_checkpoints[-1][0] :]
+            self.stats["from_checkpoint"] += 1
         self.coord = Coordinator(CONFIG, TOPICS, start, records)
         self.durable = 0
         if self.coord.state != replay(self.log):

@@ -26,7 +26,7 @@ def test_classic_sim_many_seeds() -> None:
     assert not failures, "\n\n".join(failures)
     for fault in ("crashes", "pauses", "leaves", "failovers"):
         assert totals[fault] >= SEEDS // 4, (fault, totals)
-    for seen in ("compactions", "rebalances_seen", "unknown_member"):
+    for seen in ("compactions", "from_checkpoint", "rebalances_seen", "unknown_member"):
         assert totals[seen] > 0, (seen, totals)
     assert totals["commits_acked"] > SEEDS * 20, totals
     assert totals["commits_refused"] > 0, totals
