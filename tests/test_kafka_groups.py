@@ -281,7 +281,7 @@ def test_group_admin_apis_through_kafka_python(cluster: ClusterHandle) -> None:
         admin.close()
 
 
-GROUP_APIS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 68)
+GROUP_APIS = (8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 68, 69)
 
 
 def test_every_version_of_the_group_apis_is_answered(cluster: ClusterHandle) -> None:
@@ -380,3 +380,37 @@ def test_a_group_id_is_classic_or_consumer_never_both(cluster: ClusterHandle) ->
     finally:
         modern.close()
         classic.close()
+
+
+def test_confluent_admin_lists_and_describes_both_kinds(cluster: ClusterHandle) -> None:
+    """confluent-kafka's AdminClient: ListGroups (v5: types), DescribeGroups for a classic
+    group, ConsumerGroupDescribe for a KIP-848 one, DeleteGroups once they are empty."""
+    from confluent_kafka import ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    topic = "both-kinds"
+    run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
+    bootstrap = kafka_bootstrap(cluster)
+    old = Member("confluent-kafka", bootstrap, topic, "g-both-classic", "both-old").start()
+    new = Member("confluent-kafka/consumer", bootstrap, topic, "g-both-new", "both-new").start()
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        wait_for(lambda: old.assignment == ALL and new.assignment == ALL, 60, "both groups")
+        listed = admin.list_consumer_groups().result(timeout=30)
+        kinds = {g.group_id: g.type for g in listed.valid}
+        assert kinds["g-both-classic"] == ConsumerGroupType.CLASSIC
+        assert kinds["g-both-new"] == ConsumerGroupType.CONSUMER
+        described = admin.describe_consumer_groups(["g-both-classic", "g-both-new"])
+        for group, future in described.items():
+            d = future.result(timeout=30)
+            (member,) = d.members
+            assert sorted(tp.partition for tp in member.assignment.topic_partitions) == sorted(
+                ALL
+            ), group
+        assert described["g-both-classic"].result().partition_assignor == "range"
+    finally:
+        old.close()
+        new.close()
+    deleted = admin.delete_consumer_groups(["g-both-classic", "g-both-new"])
+    for future in deleted.values():
+        future.result(timeout=30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
     api_versions,
+    consumer_group_describe,
     consumer_group_heartbeat,
     create_topics,
     delete_groups,
@@ -52,6 +53,7 @@ MODULES = [
     describe_groups,
     delete_groups,
     consumer_group_heartbeat,
+    consumer_group_describe,
 ]
 
 SERVED: dict[int, Api] = {}
