@@ -44,6 +44,11 @@ against the new coordinator, built from the durable records (``Coordinator(..., 
 Timers are not records: a new coordinator gives every member a fresh session (and revoking
 members a fresh rebalance timeout) from the time it takes over.
 
+Classic groups. Kafka clients' JoinGroup/SyncGroup groups live beside these in ``classic``
+(``classic.py``), writing through the same records, outbox and offsets. A group id is one kind at
+a time: a heartbeat here to a classic group with members is ``GroupIdNotFoundError`` (an empty
+one is taken over), and ``commit_classic_offsets`` routes Kafka's OffsetCommit by the kind.
+
 Time is always passed in (``now_ms``); nothing here reads a clock, does I/O or draws randomness.
 """
 
