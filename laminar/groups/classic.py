@@ -129,6 +129,9 @@ class ClassicMember:
     session_until: int = 0
 
     def metadata(self, protocol: str | None) -> bytes:
+        """The subscription for ``protocol`` (before a protocol is chosen: the preferred)."""
+        if protocol is None:
+            return self.protocols[0][1] if self.protocols else b""
         return next((m for name, m in self.protocols if name == protocol), b"")
 
 
