@@ -28,7 +28,7 @@ from laminar.cli_group import render_group
 from laminar.client.admin import Admin
 from laminar.client.localcluster import LocalCluster, free_port_pairs, free_ports
 from tests.cluster_fixture import ClusterHandle, run_sync
-from tests.group_harness import create_topic
+from tests.group_harness import create_topic, wait_until_caught_up
 from tests.kafka_members import CLIENTS, Member, produce, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -123,6 +123,7 @@ def test_members_rejoin_after_the_coordinator_is_killed(
 ) -> None:
     tag = client.replace("/", "-")
     topic, group = f"kill-{tag}", f"g-kill-{tag}"
+    run_sync(wait_until_caught_up(cluster.bootstrap, 60))  # an earlier test restarted a node
     run_sync(create_topic(cluster.bootstrap, topic, PARTITIONS))
     bootstrap = kafka_bootstrap(cluster)
     first = produce(bootstrap, topic, PARTITIONS, 120, "a")
@@ -147,6 +148,7 @@ def test_members_rejoin_after_the_coordinator_is_killed(
             lambda: _committed(native, group) == _read_up_to(a, b), 60, "commits after the kill"
         )
         cluster.restart(killed)
+        run_sync(wait_until_caught_up(cluster.bootstrap, 60))
         # A third member joins, and the coordinator dies while the group rebalances (held
         # joins fail with NOT_COORDINATOR; the new coordinator has the last generation).
         killed = run_sync(_describe(cluster.bootstrap, group)).coordinator
