@@ -262,23 +262,31 @@ def test_kcat_produce_and_consume(cluster: ClusterHandle, tmp_path: Path) -> Non
     kcat = shutil.which("kcat")
     if kcat is None:
         pytest.skip("kcat is not installed (Debian package kcat)")
-    topic = new_topic(cluster, partitions=1)
-    lines = [f"k{i}:line {i}" for i in range(200)]
+    topic = new_topic(cluster)
+    lines = [f"k{i}:line {i}" for i in range(300)]
+    idempotent = ["-X", "enable.idempotence=true"]
     subprocess.run(
-        [kcat, "-b", cluster.kafka_bootstrap, "-t", topic, "-P", "-K:", "-p", "0"],
+        [kcat, "-b", cluster.kafka_bootstrap, "-t", topic, "-P", "-K:", *idempotent],
         input="\n".join(lines) + "\n",
         text=True,
         check=True,
         timeout=60,
     )
     out = subprocess.run(
-        [kcat, "-b", cluster.kafka_bootstrap, "-t", topic, "-C", "-e", "-f", "%k:%s\\n", "-o", "0"],
+        [kcat, "-b", cluster.kafka_bootstrap, "-t", topic, "-C", "-e", "-f", "%p %k:%s\\n"],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
-    assert out.stdout.splitlines() == lines
+    by_partition: dict[str, list[str]] = {}
+    for line in out.stdout.splitlines():
+        partition, record = line.split(" ", 1)
+        by_partition.setdefault(partition, []).append(record)
+    assert sorted(r for rs in by_partition.values() for r in rs) == sorted(lines)
+    assert len(by_partition) > 1  # keys spread over the partitions
+    for records in by_partition.values():
+        assert records == [line for line in lines if line in set(records)]  # order kept
 
 
 # offsets by timestamp ------------------------------------------------------------------------

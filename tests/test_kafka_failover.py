@@ -113,7 +113,43 @@ def produce_aiokafka(cluster: ClusterHandle, topic: str, victim: int) -> list[tu
     return asyncio.run(go())
 
 
-@pytest.mark.parametrize("client", ["confluent", "aiokafka"])
+def produce_kafka_python(
+    cluster: ClusterHandle, topic: str, victim: int
+) -> list[tuple[int, int, int]]:
+    kafka = pytest.importorskip("kafka")
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=2,
+        retries=1_000,
+        delivery_timeout_ms=120_000,
+    )
+    try:
+        futures = []
+        for i in range(COUNT):
+            futures.append(producer.send(topic, value=b"%d" % i, partition=i % PARTITIONS))
+            if i == COUNT // 3:
+                producer.flush(60)
+            if i == COUNT // 3 + 200:
+                cluster.kill(victim)
+            if i % 500 == 0:
+                time.sleep(0.05)
+        producer.flush(120)
+        metas = [f.get(timeout=60) for f in futures]
+    finally:
+        producer.close(5)
+    return [(m.partition, m.offset, i) for i, m in enumerate(metas)]
+
+
+PRODUCERS = {
+    "confluent": produce_confluent,
+    "aiokafka": produce_aiokafka,
+    "kafka-python": produce_kafka_python,
+}
+
+
+@pytest.mark.parametrize("client", sorted(PRODUCERS))
 def test_leader_sigkill_during_idempotent_produce(tmp_path: Path, client: str) -> None:
     cluster = start_cluster(tmp_path, 3, kafka=True)
     try:
@@ -125,8 +161,7 @@ def test_leader_sigkill_during_idempotent_produce(tmp_path: Path, client: str) -
 
         run_sync(create())
         victim = leader_of(cluster.kafka_bootstrap, topic, 0)
-        produce = produce_confluent if client == "confluent" else produce_aiokafka
-        acked = produce(cluster, topic, victim)
+        acked = PRODUCERS[client](cluster, topic, victim)
         # the new leader no longer counts the dead node in sync
         deadline = time.monotonic() + 30
         while victim in isr_of(cluster.kafka_bootstrap, topic, 0):
