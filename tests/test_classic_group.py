@@ -342,3 +342,22 @@ def test_errors_for_held_requests_when_the_group_rebalances() -> None:
     assert isinstance(h.answers, dict) and all(
         isinstance(v, LaminarError | JoinResult | SyncResult) for v in h.answers.values()
     )
+
+
+def test_a_member_that_left_stays_out_after_a_failover() -> None:
+    h = Harness()
+    a, b, gen = form_group(h)
+    h.coord.classic.leave("g", [(b, None)], 3000)
+    h.flush()
+    restarted = Coordinator(CONFIG, {"t": 4}, 4000, h.log)
+    group = restarted.classic.groups["g"]
+    assert group.state == PREPARING and list(group.members) == [a]
+    with pytest.raises(RebalanceInProgressError):  # a learns of the rebalance and joins again
+        restarted.classic.heartbeat("g", gen, a, None, 4000)
+    with pytest.raises(UnknownMemberIdError):
+        restarted.classic.heartbeat("g", gen, b, None, 4000)
+    reply = restarted.classic.join(
+        "g", a, None, "consumer", [("range", SUB)], SESSION, REBALANCE, 4100, new_member_id="x"
+    )
+    (token, outcome), *_ = restarted.classic.take_completions()
+    assert reply.value == Waiting(token) and outcome.value.generation == gen + 1

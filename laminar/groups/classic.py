@@ -27,14 +27,17 @@ a member whose static instance id (KIP-345) has been taken over by a newer membe
 predecessor's place (and assignment): in ``Stable``, unless that changes the protocol the
 group would select, nobody rebalances.
 
-Durability: the group as of its last completed join or sync (generation, protocol, leader, each
+Durability: the group as of its last state change (generation, protocol, leader, state, each
 member with its subscription and assignment) is the record ``ClassicGroupKey`` (Kafka's
 GroupMetadata), written through the owning ``Coordinator`` so it shares the shard's log and
-checkpoints; a join or sync response is released only once that record is committed, so a
+checkpoints, when a join or sync completes, a static member takes over, and when a rebalance
+starts (so a member that left or expired stays out after a fail-over; Kafka writes nothing
+then). A join or sync response is released only once that record is committed, so a
 coordinator fail-over never hands out a generation twice or forgets an assignment it sent.
-Everything else (held joins and syncs, sessions, the rebalance timers, members waiting for
-their second join) is transient, like Kafka's: a new coordinator loads the last record and
-gives every member a fresh session.
+Everything else (held joins and syncs, sessions, the timers, members waiting for their second
+join) is transient, like Kafka's: a new coordinator loads the last record, gives every member
+a fresh session, and a group loaded while preparing a rebalance waits for its members to join
+again within the rebalance timeout.
 
 Held requests: ``join`` and ``sync`` may answer ``Waiting(token)``; their answers come later out
 of ``take_completions`` as ``(token, Reply | LaminarError)`` (driven by other requests or
@@ -269,6 +272,8 @@ class ClassicGroups:
         if group.state == COMPLETING:
             group.sync_until = now_ms + group.max_rebalance_timeout_ms()
             group.pending_sync = set(group.members)
+        elif group.state == PREPARING:  # members learn it from their heartbeats and rejoin
+            group.rebalance_until = now_ms + group.max_rebalance_timeout_ms()
         return group
 
     # ------------------------------------------------------------------ queries
@@ -667,6 +672,11 @@ class ClassicGroups:
             g.initial_delay = False
             g.rebalance_until = now_ms + g.max_rebalance_timeout_ms()
         g.state = PREPARING
+        if g.stored:
+            # Who is still in the group survives a fail-over: a member that left or expired
+            # does not come back with the next coordinator to hold its partitions until its
+            # session runs out there (Kafka writes nothing here and has that gap).
+            self._persist(g)
         self._maybe_complete_join(g, now_ms)
 
     def _membership_lost(self, g: ClassicGroup, now_ms: int) -> None:
@@ -763,7 +773,7 @@ class ClassicGroups:
             )
             for m in g.members.values()
         )
-        stored_state = g.state if g.state in (EMPTY, COMPLETING, STABLE) else STABLE
+        stored_state = g.state if g.state != DEAD else EMPTY
         value = ClassicGroupValue(
             g.protocol_type or "",
             g.protocol,

@@ -18,7 +18,8 @@ Record kinds (one key per fact, so the newest record of a key is all that matter
   one), whether it is fenced, the partitions it may own now and those it must still revoke.
 * ``OffsetKey(g, topic, partition)`` -> ``OffsetValue``: committed offset, metadata, commit time.
 * ``ClassicGroupKey(g)`` -> ``ClassicGroupValue``: a classic (JoinGroup/SyncGroup) group as of
-  its last completed join or sync: protocol type and protocol, generation, leader, state and
+  its last state change (a rebalance starting, a join or sync completing, a static member
+  taking over, emptying): protocol type and protocol, generation, leader, state and
   every member with its subscription and assignment (Kafka's GroupMetadata record). A group
   id holds either this or consumer members (``MemberKey``), never both.
 
@@ -134,7 +135,7 @@ class ClassicGroupValue:
     protocol: str | None
     generation: int
     leader: str | None
-    state: str  # "Empty", "CompletingRebalance" or "Stable"
+    state: str  # Empty, PreparingRebalance, CompletingRebalance or Stable
     empty_since_ms: int  # -1 while the group has members
     members: tuple[ClassicMemberTuple, ...]
 
