@@ -7,7 +7,13 @@ full `Producer` API for a few seconds (client-bound), consumes everything back a
 and in the same run measures two baselines: raw loopback TCP throughput and the rate of
 fdatasync'd 1 MiB writes on this disk. The last line is one JSON object.
 
+With ``--compression none|gzip|snappy|lz4|zstd`` the records are varied ~100-byte JSON-like
+events instead of one repeated value (so ``none`` is the baseline for the codecs), the lean
+batches and the ``Producer`` use that codec, and the consumer's decoded records/s is measured
+too (the reader inflates).
+
     python bench/produce_bench.py --quick
+    python bench/produce_bench.py --quick --compression zstd
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -31,17 +38,54 @@ from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.connection import Connection
 from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.protocol import read_error
-from laminar.segment.batch import build_batch
+from laminar.segment.batch import build_batch, iter_batches
+from laminar.segment.compression import codec_of
 
 RECORD = b"x" * 100
 TOPIC = "bench"
 
 
+def event_records(count: int, seed: int = 7) -> list[bytes]:
+    """Varied ~100-byte JSON-like events: what compression meets in practice."""
+    rng = random.Random(seed)
+    pages = ["/", "/cart", "/checkout", "/search", "/products/%d", "/account/orders"]
+    out = []
+    for i in range(count):
+        page = rng.choice(pages)
+        page = page % rng.randrange(10_000) if "%d" in page else page
+        out.append(
+            b'{"user":%d,"event":"%s","page":"%s","ms":%d,"ok":%s}'
+            % (
+                rng.randrange(1_000_000),
+                rng.choice((b"view", b"click", b"scroll", b"buy")),
+                page.encode(),
+                1_700_000_000_000 + i * 7 + rng.randrange(5),
+                rng.choice((b"true", b"false")),
+            )
+        )
+    return out
+
+
+def records_of(args: argparse.Namespace) -> list[bytes]:
+    return [RECORD] if args.compression is None else event_records(1000)
+
+
 async def lean_produce(
-    bootstrap: str, partitions: int, seconds: float, records_per_batch: int, in_flight: int
+    bootstrap: str,
+    partitions: int,
+    seconds: float,
+    records_per_batch: int,
+    in_flight: int,
+    args: argparse.Namespace,
 ) -> dict[str, float]:
     """Pipelined produce requests of one pre-built batch each, per partition leader."""
-    batch = build_batch([(None, RECORD, (), int(time.time() * 1000))] * records_per_batch)
+    payloads = records_of(args)
+    now = int(time.time() * 1000)
+    batch = build_batch(
+        [(None, payloads[i % len(payloads)], (), now) for i in range(records_per_batch)],
+        compression=codec_of(args.compression),
+    )
+    record_bytes = sum(len(payloads[i % len(payloads)]) for i in range(records_per_batch))
     async with Admin(bootstrap) as admin:
         description = await admin.describe_topic(TOPIC)
     leaders = {p.partition: p.leader for p in description.partitions}
@@ -86,7 +130,9 @@ async def lean_produce(
     latencies.sort()
     return {
         "records_per_s": acked / elapsed,
-        "mb_s": acked * len(RECORD) / elapsed / 1e6,
+        "mb_s": acked * record_bytes / records_per_batch / elapsed / 1e6,
+        "batch_bytes": len(batch),
+        "record_bytes": record_bytes,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000,
         "records": acked,
@@ -97,16 +143,23 @@ def _addresses(bootstrap: str) -> dict[int, str]:
     return {i + 1: a for i, a in enumerate(bootstrap.split(","))}
 
 
-async def api_produce(bootstrap: str, seconds: float) -> float:
-    """The full Producer API (per-record Python encoding): records/s."""
+async def api_produce(bootstrap: str, seconds: float, args: argparse.Namespace) -> float:
+    """The full Producer API (per-record Python encoding, compression if asked): records/s."""
     sent = 0
-    async with Producer(bootstrap, acks="all", linger_ms=5, batch_bytes=256 * 1024) as producer:
+    payloads = records_of(args)
+    async with Producer(
+        bootstrap,
+        acks="all",
+        linger_ms=5,
+        batch_bytes=256 * 1024,
+        compression=args.compression,
+    ) as producer:
         deadline = time.perf_counter() + seconds
         started = time.perf_counter()
         futures = []
         while time.perf_counter() < deadline:
-            for _ in range(1000):
-                futures.append(await producer.send(TOPIC, RECORD))
+            for i in range(1000):
+                futures.append(await producer.send(TOPIC, payloads[i % len(payloads)]))
             sent += 1000
             if len(futures) > 50_000:
                 await asyncio.gather(*futures)
@@ -130,14 +183,34 @@ async def consume_all(bootstrap: str, partitions: int) -> tuple[float, int]:
                 if offset >= fetched.high_watermark or not fetched.data:
                     return
                 total += len(fetched.data)
-                from laminar.segment.batch import iter_batches
-
                 for _, header in iter_batches(fetched.data):
                     offset = header.next_offset
 
         await asyncio.gather(*(one(p) for p in range(partitions)))
         elapsed = time.perf_counter() - started
     return total / elapsed / 1e6, total
+
+
+async def decode_all(bootstrap: str, partitions: int) -> float:
+    """Every record of every partition through the native Consumer (decoded, inflated if
+    compressed): records/s."""
+    async with Consumer(bootstrap, auto_offset_reset="earliest") as consumer:
+        tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+        ends = {tp: (await consumer.fetch_batches(tp, 0, 1)).high_watermark for tp in tps}
+        await consumer.assign(tps)
+        started = time.perf_counter()
+        count = 0
+        done: set[TopicPartition] = set()
+        while len(done) < partitions:
+            for record in await consumer.getmany(timeout_ms=1000):
+                count += 1
+                tp = TopicPartition(record.topic, record.partition)
+                if record.offset >= ends[tp] - 1:
+                    done.add(tp)
+            for tp in tps:
+                if tp not in done and consumer.position(tp) >= ends[tp]:
+                    done.add(tp)
+        return count / (time.perf_counter() - started)
 
 
 async def loopback_baseline(megabytes: int) -> float:
@@ -206,13 +279,18 @@ async def run_cluster(
             seconds,
             args.records_per_batch,
             args.in_flight if rf == 3 else args.in_flight_r1,
+            args,
         )
         result: dict[str, Any] = {"lean": lean}
         if rf == 3:
-            result["api_records_per_s"] = await api_produce(cluster.bootstrap, args.api_seconds)
+            result["api_records_per_s"] = await api_produce(
+                cluster.bootstrap, args.api_seconds, args
+            )
             result["consume_mb_s"], result["consumed_bytes"] = await consume_all(
                 cluster.bootstrap, 3
             )
+            if args.compression is not None:
+                result["decoded_records_per_s"] = await decode_all(cluster.bootstrap, 3)
         return result
     finally:
         cluster.stop()
@@ -225,7 +303,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         disk = fsync_baseline(root, 256 if args.quick else 1024)
         r3 = await run_cluster(root / "r3", 3, 3, args.seconds, args)
         r1 = await run_cluster(root / "r1", 1, 1, args.seconds, args)
+    extra: dict[str, Any] = {}
+    if args.compression is not None:
+        extra = {
+            "compression": args.compression,
+            "lean_batch_bytes": r3["lean"]["batch_bytes"],
+            "lean_record_bytes": r3["lean"]["record_bytes"],
+            "decoded_records_per_s": round(r3["decoded_records_per_s"]),
+        }
     return {
+        **extra,
         "r3_records_per_s": round(r3["lean"]["records_per_s"]),
         "r3_mb_s": round(r3["lean"]["mb_s"], 1),
         "r3_p50_ms": round(r3["lean"]["p50_ms"], 2),
@@ -253,6 +340,12 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--api-seconds", type=float, default=None)
     parser.add_argument("--records-per-batch", type=int, default=1000)
+    parser.add_argument(
+        "--compression",
+        choices=("none", "gzip", "snappy", "lz4", "zstd"),
+        default=None,
+        help="varied event records, compressed with this codec (none: their baseline)",
+    )
     parser.add_argument(
         "--in-flight", type=int, default=2, help="R3 requests in flight per partition"
     )

@@ -31,11 +31,12 @@ from laminar.client import (
     Producer,
     TopicPartition,
 )
-from laminar.client.descriptions import ClusterStatus, TopicDescription
+from laminar.client.descriptions import ClusterStatus
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
-from laminar.errors import LaminarError, TopicExistsError
+from laminar.errors import LaminarError, TopicExistsError, UnsupportedCompressionError
 from laminar.protocol import ACKS_BY_NAME, EARLIEST, LATEST
+from laminar.segment.compression import codec_of
 
 T = TypeVar("T")
 
@@ -48,12 +49,8 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 node_app = typer.Typer(help="Run a node.", no_args_is_help=True, rich_markup_mode=None)
-topic_app = typer.Typer(
-    help="Create, list, describe and delete topics.", no_args_is_help=True, rich_markup_mode=None
-)
 cluster_app = typer.Typer(help="Inspect the cluster.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(node_app, name="node")
-app.add_typer(topic_app, name="topic")
 app.add_typer(cluster_app, name="cluster")
 
 Bootstrap = Annotated[
@@ -267,6 +264,37 @@ def node_start(
     max_concurrent_moves: Annotated[
         int, typer.Option(help="Replica moves the cluster runs at once.", min=1)
     ] = 2,
+    shutdown_handoff: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a stopping node (SIGTERM) spends handing its leaderships to other "
+            "nodes first; 0 stops at once.",
+            min=0,
+        ),
+    ] = 5.0,
+    reap_after: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a node may be down before it is forgotten (once it holds no "
+            "replica); 0 never.",
+            min=0,
+        ),
+    ] = 86400.0,
+    min_free_bytes: Annotated[
+        str,
+        typer.Option(
+            help="Free space the data directory keeps: below it the node refuses new data "
+            "(DiskFullError) until space is freed."
+        ),
+    ] = "256MiB",
+    max_requests_per_connection: Annotated[
+        int,
+        typer.Option(
+            help="Requests one client connection may have in service; beyond, the node reads "
+            "no more from it until some are answered (its replies, too, must be read).",
+            min=1,
+        ),
+    ] = 256,
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -310,6 +338,10 @@ def node_start(
     if peers and join:
         fail("give either --peers (a new cluster) or --join (an existing one), not both")
     try:
+        min_free = 0 if min_free_bytes.strip() == "0" else parse_size(min_free_bytes)
+    except UserError as exc:
+        fail(str(exc))
+    try:
         config = NodeConfig(
             node_id=node_id,
             data_dir=data_dir,
@@ -324,6 +356,10 @@ def node_start(
             log_level=log_level.lower(),
             node_dead_after_ms=int(node_dead_after * 1000),
             max_concurrent_moves=max_concurrent_moves,
+            shutdown_handoff_ms=int(shutdown_handoff * 1000),
+            reap_after_ms=int(reap_after * 1000),
+            min_free_bytes=min_free,
+            max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             groups=GroupSettings(
@@ -374,6 +410,21 @@ def node_drain(
 
     run(go)
     typer.echo(f"node {node_id} is drained" if wait else f"node {node_id} is draining")
+
+
+@node_app.command("undrain")
+def node_undrain(
+    node_id: Annotated[int, typer.Argument(help="The node to take replicas again.")],
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
+
+    async def go() -> None:
+        async with Admin(bootstrap) as admin:
+            await admin.undrain_node(node_id)
+
+    run(go)
+    typer.echo(f"node {node_id} takes replicas again")
 
 
 # dev -------------------------------------------------------------------------------------
@@ -503,111 +554,6 @@ Kafka clients and tools work too (bootstrap.servers={cluster.kafka_bootstrap}):
 Ctrl-C stops the cluster."""
 
 
-# topics ----------------------------------------------------------------------------------
-@topic_app.command("create")
-def topic_create(
-    name: str,
-    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1)] = 1,
-    replication_factor: Annotated[int, typer.Option("--replication-factor", "-r", min=1)] = 3,
-    retention: Annotated[
-        str | None, typer.Option(help="Keep data this long: 7d, 12h, 30m, or 'forever'.")
-    ] = None,
-    retention_bytes: Annotated[
-        str | None, typer.Option(help="Keep at most this much per partition: 1g, 512MiB.")
-    ] = None,
-    segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
-    segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
-    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
-) -> None:
-    """Create a topic."""
-
-    async def go() -> TopicDescription:
-        options = {
-            "retention_ms": parse_retention(retention) if retention else None,
-            "retention_bytes": parse_size(retention_bytes) if retention_bytes else None,
-            "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
-            "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
-        }
-        async with Admin(bootstrap) as admin:
-            return await admin.create_topic(name, partitions, replication_factor, **options)
-
-    description = run(go)
-    typer.echo(
-        f"created topic {description.name} ({len(description.partitions)} partitions, "
-        f"replication factor {description.replication_factor})"
-    )
-
-
-@topic_app.command("list")
-def topic_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """List topics with their partition count and replication factor."""
-
-    async def go() -> list[TopicDescription]:
-        async with Admin(bootstrap) as admin:
-            names = await admin.list_topics()
-            return [admin.cluster.topic(name) for name in names]
-
-    topics = run(go)
-    if not topics:
-        typer.echo("no topics")
-        return
-    rows = [["TOPIC", "PARTITIONS", "REPLICATION"]]
-    rows += [[t.name, str(len(t.partitions)), str(t.replication_factor)] for t in topics]
-    typer.echo(render_table(rows))
-
-
-@topic_app.command("describe")
-def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """Show a topic's settings and where its partitions live."""
-
-    async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
-        async with Admin(bootstrap) as admin:
-            description = await admin.describe_topic(name)
-            tps = [TopicPartition(name, p.partition) for p in description.partitions]
-            return (
-                description,
-                await admin.list_offsets(tps, EARLIEST),
-                await admin.list_offsets(tps, LATEST),
-            )
-
-    description, starts, ends = run(go)
-    typer.echo(f"topic {description.name} (id {description.topic_id})")
-    typer.echo(f"  partitions:         {len(description.partitions)}")
-    typer.echo(f"  replication factor: {description.replication_factor}")
-    typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
-    if description.retention_bytes:
-        typer.echo(f"  retention bytes:    {format_size(description.retention_bytes)}")
-    if description.segment_bytes:
-        typer.echo(f"  segment bytes:      {format_size(description.segment_bytes)}")
-    if description.segment_ms:
-        typer.echo(f"  segment age:        {format_duration(description.segment_ms)}")
-    rows = [["PARTITION", "LEADER", "REPLICAS", "START", "END"]]
-    for p in description.partitions:
-        tp = TopicPartition(name, p.partition)
-        rows.append(
-            [
-                str(p.partition),
-                str(p.leader) if p.leader else "none",
-                ",".join(map(str, p.replicas)),
-                str(starts.get(tp, "?")),
-                str(ends.get(tp, "?")),
-            ]
-        )
-    typer.echo(render_table(rows))
-
-
-@topic_app.command("delete")
-def topic_delete(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
-    """Delete a topic and all its data."""
-
-    async def go() -> None:
-        async with Admin(bootstrap) as admin:
-            await admin.delete_topic(name)
-
-    run(go)
-    typer.echo(f"deleted topic {name}")
-
-
 def format_duration(ms: int) -> str:
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if ms >= size and ms % size == 0:
@@ -662,6 +608,12 @@ def produce(
     ] = None,
     acks: Annotated[str, typer.Option(help="all, leader or none.")] = "all",
     linger_ms: Annotated[float, typer.Option(help="Batching delay.")] = 5.0,
+    compression: Annotated[
+        str,
+        typer.Option(
+            "--compression", "-z", help="none, gzip, snappy, lz4 or zstd (Kafka's codecs)."
+        ),
+    ] = "none",
     delay: Annotated[
         str | None,
         typer.Option(
@@ -681,6 +633,10 @@ def produce(
         fail("give either --value or --file, not both")
     if acks not in ACKS_BY_NAME:
         fail(f"--acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
+    try:
+        codec_of(compression)
+    except UnsupportedCompressionError as exc:
+        fail(f"--compression: {exc}")
     if file is not None and count is not None:
         fail("--file sends one record; --count does not apply")
     try:
@@ -704,7 +660,16 @@ def produce(
 
     async def go() -> tuple[int, list[Any], float]:
         return await _produce(
-            bootstrap, topic, payloads, total, partition, headers, acks, linger_ms, delay_ms
+            bootstrap,
+            topic,
+            payloads,
+            total,
+            partition,
+            headers,
+            acks,
+            linger_ms,
+            delay_ms,
+            compression,
         )
 
     sent, last, elapsed = run(go)
@@ -756,6 +721,7 @@ async def _produce(
     acks: str,
     linger_ms: float,
     delay_ms: int | None = None,
+    compression: str = "none",
 ) -> tuple[int, list[Any], float]:
     from rich.console import Console
     from rich.progress import Progress
@@ -768,7 +734,9 @@ async def _produce(
     console = Console(stderr=True)
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
-        async with Producer(bootstrap, acks=acks, linger_ms=linger_ms) as producer:
+        async with Producer(
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression
+        ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
                     topic,
@@ -841,8 +809,13 @@ def consume(
         ),
     ] = True,
     lock: Annotated[
-        str, typer.Option("--lock", help="With --share-group: the lock of each message.")
-    ] = "30s",
+        str | None,
+        typer.Option(
+            "--lock",
+            help="With --share-group: the lock of each message (default: the group's, "
+            "see `laminar queue config`).",
+        ),
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Print records: up to the current end, or forever with --follow."""
@@ -860,10 +833,10 @@ def consume(
         if position[0] not in ("earliest", "latest"):
             fail("with --share-group, --from is earliest or latest (where the group is new)")
         try:
-            lock_ms = parse_duration_ms(lock)
+            lock_ms = None if lock is None else parse_duration_ms(lock)
         except UserError as exc:
             fail(f"--lock: {exc}")
-        if lock_ms <= 0:
+        if lock_ms is not None and lock_ms <= 0:
             fail("--lock must be positive")
     if group is not None:
         if position[0] not in ("earliest", "latest"):
@@ -1035,6 +1008,8 @@ def main() -> None:
 
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
+from laminar.cli_topic import topic_app  # noqa: E402 - needs the helpers above
 
+app.add_typer(topic_app, name="topic")
 app.add_typer(group_app, name="group")
 app.add_typer(queue_app, name="queue")

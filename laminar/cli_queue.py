@@ -1,4 +1,4 @@
-"""`laminar queue describe` and `laminar consume --share-group`: topics read as queues.
+"""`laminar queue describe|config` and `laminar consume --share-group`: topics read as queues.
 
 Registered on the main app by laminar/cli.py, like laminar/cli_group.py.
 """
@@ -9,12 +9,23 @@ import asyncio
 import json
 import sys
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from laminar.cli import DEFAULT_BOOTSTRAP, Bootstrap, format_record, render_table, run, text_of
-from laminar.client import Admin, QueueDescription, ShareConsumer, ShareMessage
+from laminar.cli import (
+    DEFAULT_BOOTSTRAP,
+    Bootstrap,
+    UserError,
+    fail,
+    format_record,
+    parse_duration_ms,
+    render_table,
+    run,
+    text_of,
+)
+from laminar.client import Admin, QueueConfig, QueueDescription, ShareConsumer, ShareMessage
+from laminar.client.admin import UNCHANGED
 
 queue_app = typer.Typer(
     help="Inspect share groups (topics read as queues).",
@@ -47,11 +58,100 @@ def queue_describe(
     typer.echo(render_queue(description))
 
 
+RESETTABLE = {
+    "lock": "lock_ms",
+    "max-deliveries": "max_deliveries",
+    "dead-letter-topic": "dead_letter_topic",
+}
+
+
+@queue_app.command("config")
+def queue_config(
+    group: str,
+    lock: Annotated[
+        str | None,
+        typer.Option("--lock", help="Lock of each message a member acquires (e.g. 30s, 500ms)."),
+    ] = None,
+    max_deliveries: Annotated[
+        int | None,
+        typer.Option("--max-deliveries", help="Deliveries before a message is dead-lettered."),
+    ] = None,
+    dead_letter_topic: Annotated[
+        str | None,
+        typer.Option("--dead-letter-topic", help="Where dead letters go (default GROUP.dlq)."),
+    ] = None,
+    reset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reset",
+            help="Back to the default: lock, max-deliveries, dead-letter-topic or all "
+            "(repeatable).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Show share group GROUP's settings, or change them (stored cluster-wide, applied by
+    every partition leader; a new lock applies to messages acquired from now on)."""
+    changes: dict[str, Any] = {}
+    try:
+        if lock is not None:
+            changes["lock_ms"] = parse_duration_ms(lock)
+    except UserError as exc:
+        fail(f"--lock: {exc}")
+    if max_deliveries is not None:
+        changes["max_deliveries"] = max_deliveries
+    if dead_letter_topic is not None:
+        changes["dead_letter_topic"] = dead_letter_topic
+    for name in reset or []:
+        if name != "all" and name not in RESETTABLE:
+            fail(f"--reset {name}: expected {', '.join(RESETTABLE)} or all")
+        for option, setting in RESETTABLE.items():
+            if name in ("all", option):
+                if changes.get(setting) is not None:
+                    fail(f"--{option} and --reset {name} do not mix")
+                changes[setting] = None
+
+    async def go() -> QueueConfig:
+        async with Admin(bootstrap) as admin:
+            if not changes:
+                return await admin.describe_queue_config(group)
+            return await admin.alter_queue_config(
+                group,
+                lock_ms=changes.get("lock_ms", UNCHANGED),
+                max_deliveries=changes.get("max_deliveries", UNCHANGED),
+                dead_letter_topic=changes.get("dead_letter_topic", UNCHANGED),
+            )
+
+    settings = run(go)
+    if as_json:
+        typer.echo(json.dumps(asdict(settings), indent=2))
+        return
+    typer.echo(render_queue_config(settings))
+
+
+def render_queue_config(c: QueueConfig) -> str:
+    def source(name: str) -> str:
+        return "" if name in c.overridden else "  (default)"
+
+    return "\n".join(
+        [
+            f"GROUP              {c.group}",
+            f"LOCK               {format_age(c.lock_ms)}{source('lock_ms')}",
+            f"MAX-DELIVERIES     {c.max_deliveries}{source('max_deliveries')}",
+            f"DEAD-LETTER-TOPIC  {c.dead_letter_topic}{source('dead_letter_topic')}",
+        ]
+    )
+
+
 def render_queue(d: QueueDescription) -> str:
     lines = [
         f"GROUP          {d.group}",
         f"TOPIC          {d.topic}",
         f"DEAD-LETTERED  {d.dead_lettered} (topic {d.dead_letter_topic})",
+        f"SETTINGS       lock {format_age(d.config.lock_ms)}, "
+        f"max deliveries {d.config.max_deliveries}"
+        + (f" (set: {', '.join(d.config.overridden)})" if d.config.overridden else " (defaults)"),
         "",
     ]
     rows = [
@@ -124,7 +224,7 @@ async def consume_share(
     count: int | None,
     output: str,
     ack: bool,
-    lock_ms: int,
+    lock_ms: int | None,
 ) -> int:
     """`laminar consume TOPIC --share-group G`: print messages as this group's member.
 

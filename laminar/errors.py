@@ -21,6 +21,12 @@ class CorruptBatchError(LaminarError):
     code = 2
 
 
+class DecompressionLimitError(CorruptBatchError):
+    """A compressed batch would inflate beyond the reader's limit (a decompression bomb).
+
+    A CorruptBatchError (and travels as one): no reader can use the batch."""
+
+
 class BatchTooLargeError(LaminarError):
     """A record batch is larger than the configured maximum."""
 
@@ -74,6 +80,10 @@ class InvalidRequestError(LaminarError):
     code = 10
 
 
+class UnsupportedCompressionError(InvalidRequestError, ValueError):
+    """A compression codec or level that laminar does not write (a producer option)."""
+
+
 class CorruptLogError(LaminarError):
     """Stored data failed verification where it cannot be repaired (a sealed segment)."""
 
@@ -90,6 +100,13 @@ class ProtocolError(LaminarError):
     """A frame or message could not be decoded; the connection that sent it is closed."""
 
     code = 13
+
+
+class DiskFullError(LaminarError):
+    """The node's data directory is (nearly) out of space (``--min-free-bytes``): the write was
+    not stored. Writes resume by themselves once space is freed."""
+
+    code = 14
 
 
 # Consumer groups (laminar/groups): codes 20-29.
@@ -199,6 +216,12 @@ class ReceiptExpiredError(LaminarError):
     code = 30
 
 
+class InvalidConfigError(InvalidRequestError):
+    """A share group setting is unknown or out of its range; nothing was changed."""
+
+    code = 31
+
+
 ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
     cls.code: cls
     for cls in (
@@ -215,6 +238,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         CorruptLogError,
         NotEnoughReplicasError,
         ProtocolError,
+        DiskFullError,
         UnknownMemberIdError,
         FencedMemberEpochError,
         StaleMemberEpochError,
@@ -230,5 +254,6 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         InconsistentGroupProtocolError,
         GroupIdNotFoundError,
         InvalidSessionTimeoutError,
+        InvalidConfigError,
     )
 }

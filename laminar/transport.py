@@ -41,10 +41,13 @@ _spare_buffers: list[bytearray] = []
 MAX_SPARE_BUFFERS = 8
 _NO_STAGING = bytearray()
 GROW_FROM = 1 << 20
-MAX_QUEUED_PARTS = 1024
-"""Buffers queued for the next write before they are written at once."""
 """The first buffer of a large frame not yet received: at most this, or four times what has
 arrived, whichever is more (a length field alone never makes the node allocate much)."""
+MAX_QUEUED_PARTS = 1024
+"""Buffers queued for the next write before they are written at once."""
+MAX_QUEUED_REPLY_BYTES = 1 << 20
+"""On a server, reply bytes queued for the next write before they are written at once (so a
+burst of requests read together meets the transport's back-pressure early)."""
 
 
 def recycle(payload: memoryview) -> None:
@@ -87,8 +90,17 @@ class FramedProtocol(asyncio.BufferedProtocol):
         on_close: Callable[[Exception | None], None] | None = None,
         *,
         crc_covers_payload: bool = True,
+        max_in_flight: int = 0,
     ) -> None:
+        """``max_in_flight`` > 0 makes this a server side that reads no more requests while
+        that many are being served (``request_started``/``request_done``) or while its
+        replies are not being read (the write buffer is above its high-water mark), so one
+        client cannot make the node queue unbounded work or unbounded replies."""
         self._on_frame = on_frame
+        self._max_in_flight = max_in_flight
+        self._in_flight = 0
+        self._reading_paused = False
+        self._outgoing_bytes = 0
         self._on_close = on_close
         self._crc_covers_payload = crc_covers_payload  # False on client connections (framing)
         self._staging = _NO_STAGING  # until the first read: a protocol made for a connection
@@ -142,7 +154,7 @@ class FramedProtocol(asyncio.BufferedProtocol):
     def _parse_staging(self) -> None:
         staging = self._staging
         view = memoryview(staging)
-        while self._end - self._start >= HEADER_SIZE and not self.closed:
+        while self._end - self._start >= HEADER_SIZE and not (self.closed or self._reading_paused):
             start = self._start
             header = parse_header(view[start : start + HEADER_SIZE])
             size = HEADER_SIZE + header.body_len
@@ -187,10 +199,41 @@ class FramedProtocol(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._gate_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
         self._wake_writers()
+        self._gate_reading()
+
+    # server-side back-pressure -------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def request_started(self) -> None:
+        self._in_flight += 1
+        self._gate_reading()
+
+    def request_done(self) -> None:
+        self._in_flight -= 1
+        self._gate_reading()
+
+    def _gate_reading(self) -> None:
+        if not self._max_in_flight or self._transport is None or self.closed:
+            return
+        pause = self._write_paused or self._in_flight >= self._max_in_flight
+        if pause != self._reading_paused:
+            self._reading_paused = pause
+            if pause:
+                self._transport.pause_reading()
+                return
+            self._transport.resume_reading()
+            try:  # requests that arrived in the same read as the ones before the pause
+                self._parse_staging()
+            except ProtocolError as exc:
+                log.warning("closing connection on bad frame", peer=self.peer, error=str(exc))
+                self.close()
 
     # API ---------------------------------------------------------------------------------
     def send(self, kind: int, message: bytes, payload: Buffer = b"") -> None:
@@ -213,11 +256,16 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self._outgoing.extend(parts)
         if len(self._outgoing) >= MAX_QUEUED_PARTS:  # a sender that never yields
             self._write_out()
+        elif self._max_in_flight:  # a server: replies queued count as unread ones
+            self._outgoing_bytes += sum(memoryview(part).nbytes for part in parts)
+            if self._outgoing_bytes >= MAX_QUEUED_REPLY_BYTES:
+                self._write_out()
 
     def _write_out(self) -> None:
         parts, self._outgoing = self._outgoing, []
+        self._outgoing_bytes = 0
         if parts and self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(parts)
+            self._transport.writelines(parts)  # may call pause_writing: reading pauses too
 
     async def drain(self) -> None:
         """Wait until the transport's write buffer is below its high-water mark."""

@@ -10,7 +10,9 @@ does not split into long runs
 (values of many sizes, headers) is decoded by the log's own record parser,
 ``laminar.segment.batch.decode_into``, which the client library uses too.
 
-The batch layout is in docs/FORMAT.md: a 68-byte header, then Kafka-v2-style records.
+The batch layout is in docs/FORMAT.md: a 68-byte header, then Kafka-v2-style records. A
+compressed batch is first inflated into an uncompressed copy (``batch.decompressed``), which
+then takes the same paths.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from laminar.segment.batch import (
     MIN_RECORD_SIZE,
     BatchHeader,
     decode_into,
+    decompressed,
     is_control,
     iter_batches,
     verify_batch,
@@ -415,12 +418,12 @@ def decode_chunk(
         next_offset = h.next_offset
         if is_control(h):
             continue
-        runs = _split_runs(view, position, h, known)
-        if runs:
-            for run in runs:
-                columns.add_run(view, run, h)
+        if h.compression:
+            # Inflated (bounded) into a batch of its own, then decoded like any other.
+            plain, plain_header = decompressed(bytes(view[position : position + h.batch_length]), h)
+            _add_batch(columns, memoryview(plain), 0, plain_header, known)
         else:
-            columns.add_parsed(bytes(view[position : position + h.batch_length]), h)
+            _add_batch(columns, view, position, h, known)
     if not columns.offsets:
         return DecodedChunk(None, next_offset)
     offsets_buffer = pa.allocate_buffer(8 * sum(len(piece) for piece in columns.offsets))
@@ -433,6 +436,18 @@ def decode_chunk(
         else:
             batch = batch.filter(pa.array((offsets >= start) & (offsets < end)))
     return DecodedChunk(batch if batch.num_rows else None, next_offset)
+
+
+def _add_batch(
+    columns: _Columns, view: memoryview, position: int, h: BatchHeader, known: list[_Layout]
+) -> None:
+    """One uncompressed batch's records: as runs if it splits into long ones, else parsed."""
+    runs = _split_runs(view, position, h, known)
+    if runs:
+        for run in runs:
+            columns.add_run(view, run, h)
+    else:
+        columns.add_parsed(bytes(view[position : position + h.batch_length]), h)
 
 
 def _record_batch(

@@ -137,8 +137,8 @@ def broken_batch(rng: random.Random) -> bytes:
     elif roll == 3:  # record count lies, crc recomputed so only the count check can notice
         struct.pack_into("<i", data, 64, rng.choice((0, -1, 2**31 - 1, 1000)))
         _recrc(data)
-    elif roll == 4:  # control bit or compression set, crc recomputed
-        data[26] |= rng.choice((0x20, 0x01, 0x04, 0x07))
+    elif roll == 4:  # control bit, a codec over plain records, or no codec, crc recomputed
+        data[26] |= rng.choice((0x20, 0x01, 0x04, 0x05, 0x07))
         _recrc(data)
     elif roll == 5:  # garbage records, valid header and crc
         data[68:] = rng.randbytes(len(data) - 68)

@@ -89,9 +89,12 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **config: int) -> 
 
 
 async def _produce(
-    bootstrap: str, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[int, bytes, bytes | None]],
+    compression: str | None = None,
 ) -> list[tuple[int, int]]:
-    async with Producer(bootstrap, linger_ms=2) as producer:
+    async with Producer(bootstrap, linger_ms=2, compression=compression) as producer:
         futures = [
             await producer.send(topic, value, key=key, partition=partition, headers=[("n", value)])
             for partition, value, key in records
@@ -102,10 +105,13 @@ async def _produce(
 
 
 def produce(
-    bootstrap: str, topic: str, records: Sequence[tuple[int, bytes, bytes | None]]
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[int, bytes, bytes | None]],
+    compression: str | None = None,
 ) -> list[tuple[int, int]]:
     """Send (partition, value, key) records, acks=all; returns (partition, offset) of each."""
-    return asyncio.run(_produce(bootstrap, topic, records))
+    return asyncio.run(_produce(bootstrap, topic, records, compression))
 
 
 async def _offsets(bootstrap: str, topic: str, partitions: int, which: int) -> dict[int, int]:

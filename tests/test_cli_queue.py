@@ -97,3 +97,36 @@ async def test_share_group_commands(bootstrap: str) -> None:
     assert code == 1 and "earliest or latest" in err
     code, _, err = await cli(bootstrap, "produce", TOPIC, "--value", "x", "--delay", "soon")
     assert code == 1 and err.startswith("error: --delay")
+
+
+async def test_queue_config_sets_shows_and_resets_a_groups_settings(bootstrap: str) -> None:
+    code, out, err = await cli(bootstrap, "queue", "config", "c")
+    assert code == 0, err
+    assert "LOCK               30.0s  (default)" in out
+    assert "DEAD-LETTER-TOPIC  c.dlq  (default)" in out
+    code, out, err = await cli(
+        bootstrap, "queue", "config", "c", "--lock", "2s", "--max-deliveries", "3",
+        "--dead-letter-topic", "c-dead",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "LOCK               2.0s\n" in out + "\n" and "MAX-DELIVERIES     3\n" in out
+    code, out, err = await cli(bootstrap, "queue", "describe", "c", "--topic", TOPIC)
+    assert code == 0, err
+    assert "(topic c-dead)" in out and "lock 2.0s, max deliveries 3 (set: " in out
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--max-deliveries", "0")
+    assert code == 1 and "max_deliveries must be between 1 and" in err
+    assert "InvalidConfigError" in err
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--reset", "lock", "--json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert (shown["lock_ms"], shown["max_deliveries"], shown["dead_letter_topic"]) == (
+        30_000,
+        3,
+        "c-dead",
+    )
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--reset", "all", "--json")
+    assert code == 0 and json.loads(out)["overridden"] == [], err
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--reset", "colour")
+    assert code == 1 and "--reset colour" in err
+    code, out, err = await cli(bootstrap, "queue", "config", "c", "--lock", "1s", "--reset", "all")
+    assert code == 1 and "--lock and --reset all do not mix" in err

@@ -356,6 +356,37 @@ def test_confluent_admin_create_describe_delete(cluster: ClusterHandle) -> None:
     assert configs["retention.ms"].value == "3600000"
     assert "segment.bytes" in configs
     wait_leaders(cluster, name, 4)
+    ops = [
+        ck_admin.ConfigEntry(
+            "retention.ms", "7200000", incremental_operation=ck_admin.AlterConfigOpType.SET
+        ),
+        ck_admin.ConfigEntry(
+            "segment.bytes", None, incremental_operation=ck_admin.AlterConfigOpType.DELETE
+        ),
+    ]
+    altered = ck_admin.ConfigResource("topic", name, incremental_configs=ops)
+    admin.incremental_alter_configs([altered])[altered].result(30)
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["retention.ms"].value == "7200000"
+    bad = ck_admin.ConfigResource(
+        "topic",
+        name,
+        incremental_configs=[
+            ck_admin.ConfigEntry(
+                "cleanup.policy", "compact", incremental_operation=ck_admin.AlterConfigOpType.SET
+            )
+        ],
+    )
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        admin.incremental_alter_configs([bad])[bad].result(30)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+    grow = admin.create_partitions([ck_admin.NewPartitions(name, 6)], operation_timeout=30)
+    grow[name].result(30)
+    wait_leaders(cluster, name, 6)
+    shrink = admin.create_partitions([ck_admin.NewPartitions(name, 2)])[name]
+    with pytest.raises(confluent_kafka.KafkaException) as info:
+        shrink.result(30)
+    assert info.value.args[0].code() == confluent_kafka.KafkaError.INVALID_PARTITIONS
     admin.delete_topics([name], operation_timeout=30)[name].result(30)
     assert name not in admin.list_topics(timeout=10).topics
     internal = admin.create_topics([ck_admin.NewTopic("__mine", 1, 1)])["__mine"]
@@ -370,6 +401,8 @@ def test_kafka_python_admin(cluster: ClusterHandle) -> None:
     try:
         admin.create_topics([kafka_admin.NewTopic(name, 2, 3)])
         assert name in admin.list_topics()
+        admin.create_partitions({name: kafka_admin.NewPartitions(3)})
+        wait_leaders(cluster, name, 3)
         admin.delete_topics([name])
         assert name not in admin.list_topics()
     finally:

@@ -97,3 +97,66 @@ def test_group_ids_are_unique_per_topic_and_partition() -> None:
     ids = {group_id(t, p) for t in range(1, 5) for p in range(100)}
     assert len(ids) == 400
     assert 0 not in ids
+
+
+def test_add_partitions_appends_and_refuses_a_stale_placement() -> None:
+    state = MetadataState()
+    create(state, "t")
+    command = {"op": "add_partitions", "name": "t", "from": 3, "replicas": [[2, 1], [1, 2]]}
+    topic = state.apply(command)
+    assert [p.replicas for p in state.topics["t"].partitions] == [[1, 2]] * 3 + [[2, 1], [1, 2]]
+    assert topic is state.topics["t"] and state.topics["t"].settings.partitions == 5
+    with pytest.raises(InvalidRequestError):  # placed for 3 partitions, the topic has 5 now
+        state.apply(command)
+    assert len(state.topics["t"].partitions) == 5
+    with pytest.raises(UnknownTopicError):
+        state.apply({**command, "name": "nope"})
+
+
+def test_alter_topic_changes_only_log_settings() -> None:
+    state = MetadataState()
+    create(state, "t")
+    state.apply({"op": "alter_topic", "name": "t", "settings": {"retention_bytes": 4096}})
+    assert state.topics["t"].settings.retention_bytes == 4096
+    with pytest.raises(InvalidRequestError):
+        state.apply({"op": "alter_topic", "name": "t", "settings": {"partitions": 9}})
+    assert state.topics["t"].settings.partitions == 3
+
+
+def test_undrain_takes_back_a_drain() -> None:
+    state = MetadataState()
+    state.apply(
+        {"op": "register_node", "node_id": 2, "client_address": "a:1", "peer_address": "a:2"}
+    )
+    state.apply({"op": "drain_node", "node_id": 2})
+    assert state.draining == {2}
+    state.apply({"op": "undrain_node", "node_id": 2})
+    assert state.draining == set()
+    with pytest.raises(InvalidRequestError):
+        state.apply({"op": "undrain_node", "node_id": 7})
+
+
+def test_placement_of_added_partitions_continues_the_leader_rotation() -> None:
+    placed = place_replicas(3, 1, [1, 2, 3], {}, first=1)
+    assert [r[0] for r in placed] == [2, 3, 1]
+
+
+def test_forget_node_only_once_it_holds_no_replica() -> None:
+    state = MetadataState()
+    for node_id in (1, 2, 3):
+        state.apply(
+            {
+                "op": "register_node",
+                "node_id": node_id,
+                "client_address": f"h:{node_id}",
+                "peer_address": f"h:{node_id + 100}",
+            }
+        )
+    create(state, "t")  # replicas on nodes 1 and 2
+    with pytest.raises(InvalidRequestError, match="still holds"):
+        state.apply({"op": "forget_node", "node_id": 2})
+    state.apply({"op": "drain_node", "node_id": 3})
+    assert state.apply({"op": "forget_node", "node_id": 3}) == 3
+    assert sorted(state.nodes) == [1, 2] and not state.draining
+    with pytest.raises(InvalidRequestError):
+        state.apply({"op": "forget_node", "node_id": 3})

@@ -229,3 +229,63 @@ async def test_a_whole_cluster_restart_keeps_acks_and_locks(cluster: ClusterHand
                 again[value] = message.delivery_count
                 await message.ack()
     assert all(again[v] == 2 for v in held), "a held message's delivery count went back"
+
+
+async def test_group_settings_are_applied_by_a_new_leader_after_a_kill(
+    cluster: ClusterHandle,
+) -> None:
+    """Settings stored in the metadata reach every node: after the node leading both the
+    metadata and the partition is SIGKILLed, the new partition leader hands out the group's
+    short lock and dead-letters after the group's two deliveries into the group's topic."""
+    await make_topic(cluster.bootstrap, "settings", 3, 0)
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.alter_queue_config(
+            "settings-g", lock_ms=1000, max_deliveries=2, dead_letter_topic="settings-dead"
+        )
+        deadline = time.monotonic() + 20
+        while True:  # every partition has a leader (its first replica campaigns at once)
+            status = await admin.cluster_status()
+            leaders = {p.partition: p.leader for p in status.partitions if p.topic == "settings"}
+            if len(leaders) == 3 and all(leaders.values()) and status.metadata_leader:
+                break
+            assert time.monotonic() < deadline, f"no leaders yet: {leaders}"
+            await asyncio.sleep(0.1)
+    # the partition led by the metadata leader, if there is one (leaders spread over nodes)
+    partition = next((p for p, node in leaders.items() if node == status.metadata_leader), 0)
+    leader = leaders[partition]
+    also = "and the metadata" if leader == status.metadata_leader else "(not the metadata)"
+    print(f"killing node {leader}, leader of settings/{partition} {also}")
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_and_wait("settings", b"poison", partition=partition)
+    cluster.kill(leader)
+    try:
+        survivor = next(n for n in cluster.nodes if n != leader)
+        async with Admin(cluster.address(survivor)) as admin:
+            kept = await admin.describe_queue_config("settings-g")
+        assert (kept.lock_ms, kept.max_deliveries, kept.dead_letter_topic) == (
+            1000,
+            2,
+            "settings-dead",
+        )
+        async with ShareConsumer(
+            cluster.bootstrap, "settings-g", "settings", from_earliest=True, prefetch=False
+        ) as member:
+            first = await member.fetch(timeout_ms=10_000)
+            taken = time.monotonic()
+            assert [(m.value, m.delivery_count) for m in first] == [(b"poison", 1)]
+            assert first[0].lock_remaining_ms <= 1000
+            again = await member.fetch(timeout_ms=10_000)  # not settled: back after 1 s
+            assert time.monotonic() - taken >= 0.8
+            assert [(m.value, m.delivery_count) for m in again] == [(b"poison", 2)]
+            await again[0].release()  # the second delivery was the last
+        async with Admin(cluster.bootstrap) as admin:
+            deadline = time.monotonic() + 20
+            while True:
+                description = await admin.describe_queue("settings-g", "settings")
+                if description.dead_lettered == 1:
+                    break
+                assert time.monotonic() < deadline, f"not dead-lettered: {description}"
+                await asyncio.sleep(0.2)
+        assert description.dead_letter_topic == "settings-dead"
+    finally:
+        cluster.restart(leader)

@@ -155,6 +155,23 @@ def test_batch_read_of_exact_offset_ranges(
     assert Counter(_pairs(everything)) == Counter(list(acked))
 
 
+def test_batches_compressed_with_every_codec_are_read(
+    spark: SparkSession, laminar_cluster: ClusterHandle
+) -> None:
+    topic = "spark-compressed"
+    create_topic(laminar_cluster.bootstrap, topic, 2)
+    acked: dict[tuple[int, int], bytes] = {}
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        records = [(p, v * 3, k) for p, v, k in _records(codec, 400, 2)]  # compressible
+        acked.update(_acked(records, produce(laminar_cluster.bootstrap, topic, records, codec)))
+    rows = _reader(spark, laminar_cluster, topic, batch="yes", includeHeaders="true").collect()
+    assert Counter(_pairs(rows)) == Counter(list(acked))
+    for row in rows:
+        value = acked[(row["partition"], row["offset"])]
+        assert row["value"] == value
+        assert [(h["key"], h["value"]) for h in row["headers"]] == [("n", value)]
+
+
 def test_available_now_with_max_offsets_per_trigger_caps_every_batch(
     spark: SparkSession,
     laminar_cluster: ClusterHandle,

@@ -343,3 +343,35 @@ def test_suspicion_timer_shrinks_with_confirmations() -> None:
     second = s.deadline()
     s.confirm(4)
     assert 400 > first > second > s.deadline() == 150
+
+
+def test_down_members_are_reaped_after_the_timeout_and_can_rejoin() -> None:
+    swim = make(reap_after_ticks=50)
+    swim.receive(B, Gossip(2, (alive(2, B, 1), alive(3, C, 1))))
+    swim.receive(B, Gossip(2, (Update(3, C, 1, MemberState.DEAD, {}, 2),)))
+    swim.receive(C, Gossip(3, (Update(2, B, 2, MemberState.LEFT, {}, 2),)))
+    swim.events()
+    run(swim, 49)
+    assert {m.node_id for m in swim.members()} == {1, 2, 3}, "not before the timeout"
+    run(swim, 1)
+    assert [(e.kind, e.member.node_id) for e in swim.events()] == [
+        (EventKind.REAPED, 3),  # in the order they went down
+        (EventKind.REAPED, 2),
+    ]
+    assert [m.node_id for m in swim.members()] == [1]
+    # Stale news of a reaped member changes nothing; a rejoin (alive) brings it back.
+    swim.receive(B, Gossip(2, (Update(3, C, 1, MemberState.DEAD, {}, 2),)))
+    assert swim.member(3) is None and not swim.events()
+    swim.receive(C, Gossip(3, (alive(3, C, 0),)))
+    assert [(e.kind, e.member.node_id) for e in swim.events()] == [(EventKind.JOINED, 3)]
+    member = swim.member(3)
+    assert member is not None and member.state is MemberState.ALIVE
+
+
+def test_reaping_can_be_turned_off() -> None:
+    swim = make(reap_after_ticks=0)
+    swim.receive(B, Gossip(2, (alive(2, B, 1),)))
+    swim.receive(B, Gossip(2, (Update(2, B, 2, MemberState.LEFT, {}, 2),)))
+    run(swim, 2000)
+    member = swim.member(2)
+    assert member is not None and member.state is MemberState.LEFT

@@ -255,3 +255,33 @@ def test_paused_member_reads_its_stale_backlog_and_refutes_its_death() -> None:
     assert sim.run_until(sim.converged, 20 * PERIOD) is not None
     assert sim.nodes[4].incarnation > before
     assert sim.nodes[1].member(4).state is MemberState.ALIVE  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", seeds_from_env([91, 92]))
+def test_down_members_are_reaped_everywhere_and_only_they(
+    seed: int, request: pytest.FixtureRequest
+) -> None:
+    reap_periods = 60
+    sim = Simulation(seed, max_latency=1, config=SwimConfig(reap_after_ticks=reap_periods * PERIOD))
+    sim.bootstrap(N)
+    assert sim.run_until(sim.converged, CONVERGE_TICKS, every=5) is not None
+    hint = sim.replay_hint(request.node.nodeid)
+    sim.loss = 0.05
+    sim.nodes[7].leave()
+    for victim in (3, 21, 40):
+        sim.crash(victim)
+    gone = {3, 7, 21, 40}
+    forgotten = sim.run_until(
+        lambda: all(
+            not gone & {m.node_id for m in sim.nodes[o].members()} for o in sim.live() if o != 7
+        ),
+        (DETECTION_BOUND_PERIODS + reap_periods + 10) * PERIOD,
+        every=5,
+    )
+    assert forgotten is not None, f"down members not reaped everywhere; {hint}"
+    reaped = {r.event.member.node_id for r in sim.declared(EventKind.REAPED)}
+    assert reaped <= gone, f"live members reaped: {reaped - gone}; {hint}"
+    # A reaped member that starts again joins like a new one.
+    sim.crashed.discard(21)
+    sim.add(21, [1])
+    assert sim.run_until(lambda: sim.all_see(21, {MemberState.ALIVE}), 30 * PERIOD), hint

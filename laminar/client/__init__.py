@@ -29,7 +29,7 @@ from laminar.client.group_types import (
 from laminar.client.groups import GroupClient
 from laminar.client.partitioner import DefaultPartitioner, Partitioner
 from laminar.client.producer import Producer
-from laminar.client.queue_types import QueueDescription, QueuePartitionStatus
+from laminar.client.queue_types import QueueConfig, QueueDescription, QueuePartitionStatus
 from laminar.client.share_consumer import ShareConsumer
 from laminar.client.share_message import ShareMessage
 from laminar.client.types import (
@@ -65,6 +65,7 @@ __all__ = [
     "PartitionStatus",
     "Partitioner",
     "Producer",
+    "QueueConfig",
     "QueueDescription",
     "QueuePartitionStatus",
     "RebalanceListener",

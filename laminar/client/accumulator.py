@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from laminar.client.delivery import RecordFuture, resolve
 from laminar.client.types import Headers, RecordMetadata, TopicPartition
 from laminar.segment.batch import HEADER_SIZE, build_batch
+from laminar.segment.compression import NONE
 
 RECORD_OVERHEAD = 24
 """Upper estimate of a record's framing bytes (length, attributes, deltas, varint lengths)."""
@@ -75,11 +76,18 @@ class ProducerBatch:
         self.waiters: list[tuple[asyncio.Future[RecordMetadata], int]] = []
         self.done: asyncio.Future[None] = loop.create_future()
 
-    def build(self, producer_id: int = -1, base_sequence: int = -1) -> bytes:
+    def build(
+        self,
+        producer_id: int = -1,
+        base_sequence: int = -1,
+        compression: int = NONE,
+        compression_level: int | None = None,
+    ) -> bytes:
         """The batch's bytes, built once so every retry sends exactly the same batch.
 
         With a producer id and sequence the node recognises a retry of a batch it already
-        wrote and answers with the first write's offsets instead of writing it again.
+        wrote and answers with the first write's offsets instead of writing it again. With a
+        codec the records section is compressed here, once, as Kafka's clients do.
         """
         if self.data is None:
             self.data = build_batch(
@@ -87,6 +95,8 @@ class ProducerBatch:
                 producer_id=producer_id,
                 producer_epoch=0 if producer_id >= 0 else -1,
                 base_sequence=base_sequence,
+                compression=compression,
+                compression_level=compression_level,
             )
         return self.data
 
@@ -119,8 +129,12 @@ class RecordAccumulator:
         linger: float,
         producer_id: int = -1,
         loop: asyncio.AbstractEventLoop | None = None,
+        compression: int = NONE,
+        compression_level: int | None = None,
     ) -> None:
         self._loop = loop or asyncio.get_running_loop()
+        self.compression = compression
+        self.compression_level = compression_level
         self.batch_bytes = batch_bytes
         self.linger = linger
         self.producer_id = producer_id
@@ -215,7 +229,7 @@ class RecordAccumulator:
                 del self._open[batch.tp]
             if batch.data is None:
                 sequence = self._sequences.get(batch.tp, 0) if self.producer_id >= 0 else -1
-                batch.build(self.producer_id, sequence)
+                batch.build(self.producer_id, sequence, self.compression, self.compression_level)
                 if sequence >= 0:
                     self._sequences[batch.tp] = (sequence + len(batch.records)) % SEQUENCE_WRAP
             self._in_flight[batch.tp] = batch

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from laminar.client import share_wire
 from laminar.client.cluster import Cluster
 from laminar.client.descriptions import (
     ClusterStatus,
@@ -22,8 +23,8 @@ from laminar.client.group_types import (
 )
 from laminar.client.groups import OFFSETS_TOPIC, GroupClient
 from laminar.client.offsets import list_offsets
-from laminar.client.queue_admin import describe_queue
-from laminar.client.queue_types import QueueDescription
+from laminar.client.queue_admin import config_from_reader, describe_queue
+from laminar.client.queue_types import QueueConfig, QueueDescription
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
 from laminar.errors import (
@@ -34,6 +35,15 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.protocol import EARLIEST, LATEST
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
+"""``alter_queue_config``: leave this setting as it is (None resets it to the default)."""
 
 
 def _transient(error: BaseException) -> bool:
@@ -136,6 +146,47 @@ class Admin:
         await self._call(fill)
         await self.cluster.refresh_metadata()
 
+    async def add_partitions(self, name: str, total: int) -> TopicDescription:
+        """Grow a topic to ``total`` partitions (Kafka's CreatePartitions). Keys hash over the
+        new count from then on; records already written stay where they are."""
+
+        def fill(body: Any) -> None:
+            request = body.init("addPartitions")
+            request.name = name
+            request.total = total
+
+        reply = await self._call(fill)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
+    async def alter_topic(
+        self,
+        name: str,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        segment_bytes: int | None = None,
+        segment_ms: int | None = None,
+    ) -> TopicDescription:
+        """Change log settings at run time; None keeps a setting, -1 removes a retention
+        limit. Every replica applies the change when the metadata command commits."""
+
+        def fill(body: Any) -> None:
+            request = body.init("alterTopic")
+            request.name = name
+            for field, value in (
+                ("retentionMs", retention_ms),
+                ("retentionBytes", retention_bytes),
+                ("segmentBytes", segment_bytes),
+                ("segmentMs", segment_ms),
+            ):
+                if value is not None:
+                    setattr(request, field, value)
+
+        reply = await self._call(fill)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
     async def list_topics(self) -> list[str]:
         metadata = await self.cluster.refresh_metadata()
         return sorted(metadata.topics)
@@ -160,6 +211,14 @@ class Admin:
 
         def fill(body: Any) -> None:
             body.drainNode = node_id
+
+        await self._call(fill)
+
+    async def undrain_node(self, node_id: int) -> None:
+        """Undo ``drain_node``: the node takes replicas again as the rebalancer evens out."""
+
+        def fill(body: Any) -> None:
+            body.undrainNode = node_id
 
         await self._call(fill)
 
@@ -213,9 +272,48 @@ class Admin:
     # share groups (queues) -------------------------------------------------------------
     async def describe_queue(self, group: str, topic: str) -> QueueDescription:
         """Share group ``group`` on each partition of ``topic``: start offset, available,
-        acquired, delayed, being dead-lettered, age of the oldest record not done; and how
-        many records its dead-letter topic ``<group>.dlq`` holds."""
-        return await describe_queue(self.cluster, group, topic)
+        acquired, delayed, being dead-lettered, age of the oldest record not done; the group's
+        settings; and how many records its dead-letter topic holds."""
+        config = await self.describe_queue_config(group)
+        return await describe_queue(self.cluster, group, topic, config)
+
+    async def describe_queue_config(self, group: str) -> QueueConfig:
+        """The settings share group ``group`` runs with (defaults where none is set)."""
+        reply = await self._call(lambda body: share_wire.describe_queue_config(body, group))
+        return config_from_reader(reply.body.queueConfig)
+
+    async def alter_queue_config(
+        self,
+        group: str,
+        *,
+        lock_ms: int | _Unchanged | None = UNCHANGED,
+        max_deliveries: int | _Unchanged | None = UNCHANGED,
+        dead_letter_topic: str | _Unchanged | None = UNCHANGED,
+    ) -> QueueConfig:
+        """Change share group ``group``'s settings, stored cluster-wide and applied by every
+        leader of a partition the group reads: ``lock_ms`` for acquisitions that do not ask
+        for their own lock (locks already held keep theirs), ``max_deliveries`` before a
+        message is dead-lettered, the ``dead_letter_topic`` (created on first use). A setting
+        left out stays as it is; ``None`` resets it to the default (30 s, 5, ``<group>.dlq``).
+        A bad name or value raises ``InvalidConfigError`` and changes nothing. Returns the
+        settings now in force."""
+        given = {
+            "lock_ms": lock_ms,
+            "max_deliveries": max_deliveries,
+            "dead_letter_topic": dead_letter_topic,
+        }
+        changes = {n: str(v) for n, v in given.items() if v is not None and v is not UNCHANGED}
+        reset = [name for name, value in given.items() if value is None]
+        reply = await self._call(
+            lambda body: share_wire.alter_queue_config(body, group, changes, reset)
+        )
+        return config_from_reader(reply.body.queueConfig)
+
+    async def reset_queue_config(self, group: str) -> QueueConfig:
+        """Every setting of share group ``group`` back to its default."""
+        return await self.alter_queue_config(
+            group, lock_ms=None, max_deliveries=None, dead_letter_topic=None
+        )
 
     async def delete_group(self, group: str) -> None:
         """Delete a group with no members, offsets included (GroupNotEmptyError otherwise)."""

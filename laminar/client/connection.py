@@ -13,6 +13,7 @@ from typing import Any
 
 from laminar.client.log import get_logger
 from laminar.errors import (
+    DiskFullError,
     NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderError,
@@ -43,6 +44,7 @@ Reply = tuple[Any, memoryview]
 
 RETRIABLE = (
     NotLeaderError,
+    DiskFullError,
     RequestTimeoutError,
     NotEnoughReplicasError,
     NotCoordinatorError,

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,13 +59,30 @@ def free_port_pairs(count: int) -> list[tuple[int, int]]:
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (e.g. Kafka listeners)."""
-    held = [_bind(socket.SOCK_STREAM, 0) for _ in range(count)]
+    """``count`` distinct free TCP ports on 127.0.0.1 (e.g. Kafka listeners), drawn below the
+    kernel's ephemeral range: a port the kernel handed out for ``bind(0)`` and took back may
+    next be the source port of a node's outgoing connection before the node listens on it."""
+    low, _high = _ephemeral_range()
+    rng = random.Random()
+    ports: list[int] = []
+    while len(ports) < count:
+        port = rng.randrange(max(1024, low - 12_000), low)
+        if port in ports:
+            continue
+        try:
+            _bind(socket.SOCK_STREAM, port).close()
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def _bind(kind: int, port: int) -> socket.socket:

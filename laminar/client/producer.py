@@ -31,8 +31,15 @@ from laminar.client.types import (
     RecordMetadata,
     TopicPartition,
 )
-from laminar.errors import CorruptBatchError, LaminarError, NotLeaderError, UnknownPartitionError
+from laminar.errors import (
+    CorruptBatchError,
+    LaminarError,
+    NotLeaderError,
+    UnknownPartitionError,
+    UnsupportedCompressionError,
+)
 from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
+from laminar.segment.compression import check_level, codec_of
 
 log = get_logger(__name__)
 
@@ -90,11 +97,24 @@ class Producer:
         metadata_timeout_ms: int = 5_000,
         partitioner: Partitioner | None = None,
         idempotent: bool = True,
+        compression: str | None = None,
+        compression_level: int | None = None,
     ) -> None:
+        """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
+        formats): each batch's records are compressed once, when it is built, and stored and
+        served compressed; readers decompress. ``compression_level`` overrides the codec's
+        default (gzip 0-9, default 6; lz4 0-16, default 1; zstd -7-22, default 3).
+        UnsupportedCompressionError (a ValueError) for anything else."""
         if acks not in ACKS_BY_NAME:
             raise ValueError(f"acks must be one of {', '.join(ACKS_BY_NAME)}, not {acks!r}")
         if batch_bytes <= 0 or buffer_bytes < batch_bytes:
             raise ValueError("batch_bytes must be positive and at most buffer_bytes")
+        self.compression = codec_of(compression)
+        self.compression_level = (
+            check_level(self.compression, compression_level) if self.compression else None
+        )
+        if compression_level is not None and not self.compression:
+            raise UnsupportedCompressionError("compression_level needs a compression codec")
         self.bootstrap = bootstrap
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
@@ -131,6 +151,8 @@ class Producer:
             linger=self._linger,
             producer_id=self.producer_id,
             loop=asyncio.get_running_loop(),
+            compression=self.compression,
+            compression_level=self.compression_level,
         )
         self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
 

@@ -1,14 +1,16 @@
-"""``Admin.describe_queue``: ask each partition's leader for the share group's state there."""
+"""``Admin.describe_queue``: ask each partition's leader for the share group's state there;
+and the reading of a group's settings (``Admin.describe_queue_config``)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from typing import Any
 
 from laminar.client.cluster import Cluster
 from laminar.client.consumer import fetch_partition
 from laminar.client.offsets import list_offsets, target_node
-from laminar.client.queue_types import QueueDescription, QueuePartitionStatus
+from laminar.client.queue_types import QueueConfig, QueueDescription, QueuePartitionStatus
 from laminar.client.retry import retrying
 from laminar.client.share_wire import describe_queue as describe_request
 from laminar.client.types import TopicPartition
@@ -18,15 +20,23 @@ from laminar.segment.batch import is_control, iter_batches
 
 COUNT_FETCH_BYTES = 1 << 20
 COUNT_SCAN_BYTES = 64 << 20
-DLQ_SUFFIX = ".dlq"
-"""Dead letters of group G go to topic ``G.dlq`` (laminar.queues.service)."""
 
 
-def dead_letter_topic(group: str) -> str:
-    return f"{group}{DLQ_SUFFIX}"
+def config_from_reader(reader: Any) -> QueueConfig:
+    """A QueueConfig reply (laminar/queues/config_wire.py) as a ``QueueConfig``."""
+    values = {entry.name: entry.value for entry in reader.entries}
+    return QueueConfig(
+        group=reader.group,
+        lock_ms=int(values["lock_ms"]),
+        max_deliveries=int(values["max_deliveries"]),
+        dead_letter_topic=values["dead_letter_topic"],
+        overridden=tuple(entry.name for entry in reader.entries if not entry.isDefault),
+    )
 
 
-async def describe_queue(cluster: Cluster, group: str, topic: str) -> QueueDescription:
+async def describe_queue(
+    cluster: Cluster, group: str, topic: str, config: QueueConfig
+) -> QueueDescription:
     description = await cluster.wait_for_topic(topic, 5.0)
     tps = [TopicPartition(topic, p.partition) for p in description.partitions]
     rows: dict[TopicPartition, QueuePartitionStatus] = {}
@@ -65,12 +75,15 @@ async def describe_queue(cluster: Cluster, group: str, topic: str) -> QueueDescr
         await asyncio.gather(*(ask(node, wanted) for node, wanted in by_node.items()))
 
     await retrying(cluster, attempt)
-    dlq = dead_letter_topic(group)
+    dlq = config.dead_letter_topic
     dead_lettered = 0
+    if dlq not in cluster.metadata.topics:  # created by the first dead letter: maybe since
+        await cluster.refresh_metadata()
     if dlq in cluster.metadata.topics:
         for number in cluster.partitions_for(dlq):
             dead_lettered += await count_records(cluster, TopicPartition(dlq, number))
-    return QueueDescription(group, topic, tuple(rows[tp] for tp in tps), dlq, dead_lettered)
+    partitions = tuple(rows[tp] for tp in tps)
+    return QueueDescription(group, topic, partitions, dlq, dead_lettered, config)
 
 
 async def count_records(cluster: Cluster, tp: TopicPartition) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 
 from laminar.client.cluster import Cluster
 from laminar.client.connection import is_retriable
-from laminar.client.decoding import decode_consumer_records
+from laminar.client.decoding import InflatedBatches, decode_consumer_records
 from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import RELEASE, ShareMessage
@@ -49,7 +49,8 @@ class ShareConsumer:
     ``await message.ack()`` / ``release(delay_ms)`` / ``reject()`` / ``extend(ms)``. Settlements
     are batched on the wire (one ack-only request in flight per node carries everything
     queued meanwhile; ``ack_linger_ms`` adds a wait before each). ``lock_ms`` is the lock
-    (visibility timeout) of every record acquired; ``max_records`` the most one share fetch
+    (visibility timeout) of every record acquired (None: the group's ``lock_ms`` setting, see
+    ``Admin.alter_queue_config``, 30 s unless set); ``max_records`` the most one share fetch
     acquires per node; ``from_earliest`` makes a group that is new on a partition start at its
     start instead of its end. ``prefetch=False``: fetch only when the buffer is empty.
     ``close()`` releases every message this member still holds.
@@ -61,7 +62,7 @@ class ShareConsumer:
         group: str = "",
         topics: str | Iterable[str] = (),
         *,
-        lock_ms: int = 30_000,
+        lock_ms: int | None = None,
         max_records: int = 500,
         from_earliest: bool = False,
         max_wait_ms: int = 500,
@@ -76,7 +77,7 @@ class ShareConsumer:
         names = [topics] if isinstance(topics, str) else list(topics)
         if not names:
             raise ValueError("a share consumer needs at least one topic")
-        if lock_ms <= 0 or max_records <= 0:
+        if (lock_ms is not None and lock_ms <= 0) or max_records <= 0:
             raise ValueError("lock_ms and max_records must be positive")
         self.bootstrap = bootstrap
         self.group = group
@@ -100,6 +101,7 @@ class ShareConsumer:
         self._closing = False
         self._closed = False
         self._held_mark = 1024
+        self._inflated = InflatedBatches()
         self._joined: set[TopicPartition] = set()  # partitions with a successful share fetch
 
     # lifecycle ---------------------------------------------------------------------------
@@ -297,7 +299,7 @@ class ShareConsumer:
                 self.member_id,
                 tps,
                 max_records=self.max_records,
-                lock_ms=self.lock_ms,
+                lock_ms=self.lock_ms or 0,
                 max_wait_ms=wait,
                 acks=sent,
                 from_earliest=self.from_earliest,
@@ -348,8 +350,10 @@ class ShareConsumer:
         listed = result.acquiredRuns
         if not len(listed):
             return
-        # Never trust a lock longer than asked for from when the request left (clock skew).
-        ceiling = sent_ms + self.lock_ms
+        # Never trust a lock longer than it was granted for, counted from when the request
+        # left (clock skew). A node that does not say which lock it gave is trusted.
+        lock_ms = self.lock_ms or result.lockMs
+        ceiling = sent_ms + lock_ms if lock_ms else 1 << 62
         acquired: dict[int, tuple[int, int]] = {}
         for run in listed:
             got = (run.deliveryCount, min(run.lockUntilMs, ceiling))
@@ -401,6 +405,7 @@ class ShareConsumer:
             batch = bytes(data[position : position + header.batch_length])
             if self.check_crcs:
                 verify_batch(batch)
+            batch, header = self._inflated.get(tp, batch, header)
             decode_consumer_records(
                 batch, header, tp.topic, tp.partition, first, records, until_offset=last + 1
             )

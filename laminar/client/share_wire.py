@@ -1,6 +1,6 @@
-"""The two share-group requests as the client sends them: shareFetch and describeQueue.
-
-Both go to the leader of the partitions they name (the caller groups partitions by leader).
+"""The share-group requests as the client sends them: shareFetch and describeQueue go to the
+leader of the partitions they name (the caller groups partitions by leader); alterQueueConfig
+and describeQueueConfig to any node (settings are cluster metadata).
 """
 
 from __future__ import annotations
@@ -129,3 +129,20 @@ async def describe_queue(
 
     reply, _ = await connection.request(fill, timeout=timeout)
     return reply.body.queue
+
+
+def alter_queue_config(
+    body: Any, group: str, changes: dict[str, str], reset: Sequence[str]
+) -> None:
+    """Fill ``body`` with an alterQueueConfig request (values as decimal text)."""
+    request = body.init("alterQueueConfig")
+    request.group = group
+    for slot, (name, value) in zip(
+        request.init("entries", len(changes)), changes.items(), strict=True
+    ):
+        slot.name, slot.value = name, value
+    request.reset = list(reset)
+
+
+def describe_queue_config(body: Any, group: str) -> None:
+    body.describeQueueConfig = group

@@ -34,15 +34,13 @@ from laminar.node.calls import PeerCalls
 from laminar.node.metadata import MetadataState, TopicSettings, group_id
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
+from laminar.topic_names import is_internal as is_internal
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
 INTERNAL_TOPIC = "__consumer_offsets"
-INTERNAL_PREFIX = "__"
-"""Topic names starting with this are the cluster's own: clients may read them, not write,
-create or delete them."""
 TRIM_METHOD = "group_trim"
 TICK_SECONDS = 0.1
 
@@ -50,10 +48,6 @@ TICK_SECONDS = 0.1
 def shard_of(group: str, partitions: int) -> int:
     """The internal partition holding ``group`` (clients compute the same)."""
     return crc32c.crc32c(group.encode()) % partitions
-
-
-def is_internal(topic: str) -> bool:
-    return topic.startswith(INTERNAL_PREFIX)
 
 
 class GroupService:

@@ -2,7 +2,7 @@
 
 Handlers reach partitions through ``io`` (``laminar.node.partition_io``, shared with the
 native protocol), cluster metadata through the read-only accessors here, and change topics
-through ``topic_admin``. The group APIs reach the group service through ``groups``.
+through the node's ``TopicAdmin``. The group APIs reach the group service through ``groups``.
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laminar.groups.service import is_internal
-from laminar.node import topic_admin
+from laminar.errors import InvalidRequestError
 from laminar.node.metadata import Topic, TopicSettings
 from laminar.node.partition_io import PartitionIO
+from laminar.node.topic_admin import log_config
 from laminar.raft.progress import REPLICATE
+from laminar.topic_names import is_internal, validate_topic_name
 from laminar.transport import split_address
 
 if TYPE_CHECKING:
@@ -134,13 +135,33 @@ class NodeBroker:
         return self._node.settings_for(spec)
 
     async def create_topic(self, name: str, spec: dict[str, Any]) -> Topic:
-        return await topic_admin.create_topic(self._node, name, spec)
+        """``spec`` as ``TopicAdmin.create_topic`` takes it, without the name."""
+        return await self._node.topic_admin.create_topic({**spec, "name": name})
 
     def check_create(self, name: str, spec: dict[str, Any]) -> None:
-        topic_admin.check_settings_spec(self._node, name, spec)
+        """What ``create_topic`` would refuse before proposing (CreateTopics' validate_only)."""
+        validate_topic_name(name)
+        if is_internal(name):
+            raise InvalidRequestError("topic names starting with '__' are the cluster's own")
+        if spec["partitions"] < 1 or spec["replication_factor"] < 1:
+            raise InvalidRequestError("partitions and replication factor must be at least 1")
+        try:
+            log_config(self.settings_for(spec), self._node.config.max_batch_bytes)
+        except ValueError as exc:
+            raise InvalidRequestError(f"invalid topic settings: {exc}") from None
 
     async def delete_topic(self, name: str) -> None:
-        await topic_admin.delete_topic(self._node, name)
+        await self._node.topic_admin.delete_topic(name)
+
+    async def add_partitions(self, name: str, total: int) -> Topic:
+        return await self._node.topic_admin.add_partitions(name, total)
+
+    async def alter_topic(self, name: str, changes: dict[str, int]) -> Topic:
+        return await self._node.topic_admin.alter_topic(name, changes)
+
+    def refuse_when_full(self, size: int) -> None:
+        """DiskFullError while the data directory is below its free-space reserve."""
+        self._node.disk.refuse_when_full(size)
 
     def new_producer_id(self) -> int:
         """A fresh idempotent producer id. Random in 2^62, like the native producer's: no

@@ -6,6 +6,8 @@ from laminar.errors import (
     BatchTooLargeError,
     CorruptBatchError,
     CorruptLogError,
+    DiskFullError,
+    InvalidConfigError,
     InvalidRequestError,
     LaminarError,
     NotEnoughReplicasError,
@@ -15,6 +17,7 @@ from laminar.errors import (
     TopicExistsError,
     UnknownPartitionError,
     UnknownTopicError,
+    UnsupportedCompressionError,
 )
 
 NONE = 0
@@ -44,6 +47,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_PRODUCER_ID = 59
+KAFKA_STORAGE_ERROR = 56
 FETCH_SESSION_ID_NOT_FOUND = 70
 UNSUPPORTED_COMPRESSION_TYPE = 76
 
@@ -56,8 +60,11 @@ _BY_CLASS: list[tuple[type[LaminarError], int]] = [
     (CorruptBatchError, CORRUPT_MESSAGE),
     (CorruptLogError, NOT_LEADER_OR_FOLLOWER),
     (RequestTimeoutError, REQUEST_TIMED_OUT),
+    (DiskFullError, KAFKA_STORAGE_ERROR),
     (TopicExistsError, TOPIC_ALREADY_EXISTS),
     (NotEnoughReplicasError, NOT_ENOUGH_REPLICAS),
+    (UnsupportedCompressionError, UNSUPPORTED_COMPRESSION_TYPE),
+    (InvalidConfigError, INVALID_CONFIG),
     (InvalidRequestError, INVALID_REQUEST),
 ]
 

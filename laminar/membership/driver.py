@@ -133,6 +133,12 @@ class SwimDriver:
         """Call ``callback`` for every member event, on the event loop, in order."""
         self._subscribers.append(callback)
 
+    def rejoin(self, address: str) -> None:
+        """Exchange full state with a member at ``address`` this node has no record of (it was
+        reaped, e.g. after a partition that outlasted ``reap_after_ticks``)."""
+        self._require_core().join([address])
+        self._flush()
+
     def update_meta(self, meta: Mapping[str, str]) -> None:
         self._require_core().update_meta(meta)
         self._flush()

@@ -42,6 +42,7 @@ class EventKind(StrEnum):
     DEAD = "dead"
     LEFT = "left"
     UPDATED = "updated"  # address or metadata changed while alive
+    REAPED = "reaped"  # down for reap_after_ticks: forgotten (the event carries its last record)
 
 
 @dataclass(frozen=True, slots=True)

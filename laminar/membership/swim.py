@@ -70,6 +70,9 @@ class SwimConfig:
     # Lifeguard local health: probe timing is stretched up to this factor while our own probes
     # fail without the helpers' nacks that would show our network is fine.
     awareness_max: int = 8
+    reap_after_ticks: int = 864_000
+    """A dead or left member is forgotten this long after it went down (24 h at 100 ms per
+    tick, as memberlist's and Serf's reap timeouts); 0 keeps it forever."""
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -83,6 +86,8 @@ class SwimConfig:
             raise ValueError("suspicion_max_mult and sync_period_ticks must be >= 1")
         if self.awareness_max < 1:
             raise ValueError("awareness_max must be at least 1")
+        if self.reap_after_ticks < 0:
+            raise ValueError("reap_after_ticks must be >= 0")
         if self.max_datagram_bytes < 512:
             raise ValueError("max_datagram_bytes must be at least 512")
 
@@ -146,6 +151,8 @@ class Swim:
         self._probe: _Probe | None = None
         self._relays: dict[int, _Relay] = {}
         self._suspicions: dict[int, Suspicion] = {}
+        self._down_since: dict[int, int] = {}
+        """Dead or left members -> the tick they went down (reaped ``reap_after_ticks`` later)."""
         self._broadcasts = BroadcastQueue()
         self._outbox: list[tuple[str, Message]] = []
         self._events: list[MemberEvent] = []
@@ -262,6 +269,11 @@ class Swim:
                     self._last_check(node_id, suspicion)
         if self._relays:
             self._tick_relays(now)
+        reap_after = self.config.reap_after_ticks
+        if reap_after and self._down_since:
+            for node_id, since in list(self._down_since.items()):
+                if now - since >= reap_after:
+                    self._reap(node_id)
         if active and now >= self._next_sync:
             self._next_sync = now + self.config.sync_period_ticks
             self._periodic_sync()
@@ -612,6 +624,23 @@ class Swim:
         was_live = member.state in LIVE_STATES
         member.state = state
         self._live_count += (state in LIVE_STATES) - was_live
+        if state in LIVE_STATES:
+            self._down_since.pop(member.node_id, None)
+        elif member.node_id != self._id:
+            self._down_since.setdefault(member.node_id, self._now)
+
+    def _reap(self, node_id: int) -> None:
+        """Forget a member that has been down for ``reap_after_ticks``. Stale news of it (a
+        dead or left update) changes nothing; only an alive update (a rejoin) brings it back."""
+        del self._down_since[node_id]
+        member = self._members.pop(node_id)
+        self._suspicions.pop(node_id, None)
+        if node_id in self._order:
+            position = self._order.index(node_id)
+            del self._order[position]
+            if position < self._order_pos:
+                self._order_pos -= 1
+        self._emit(EventKind.REAPED, member)
 
     def _emit(self, kind: EventKind, member: Member) -> None:
         self._events.append(MemberEvent(kind, member.copy()))

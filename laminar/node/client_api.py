@@ -21,7 +21,7 @@ from laminar.errors import (
 from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
-from laminar.node import topic_admin
+from laminar.node import admin_wire
 from laminar.node.metadata import Topic
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
@@ -41,6 +41,7 @@ from laminar.protocol import (
     fill_error,
     request_body,
 )
+from laminar.queues import config_wire as queue_config_wire
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
 from laminar.transport import FramedProtocol, split_address
@@ -66,6 +67,10 @@ class ClientServer:
         self._handlers = {
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
+            **admin_wire.handlers(node.topic_admin, self._fill_topic),
+            **queue_config_wire.handlers(
+                node.queues, node.metadata_service.propose, node.metadata_service.wait_caught_up
+            ),
         }
 
     async def start(self) -> None:
@@ -92,15 +97,21 @@ class ClientServer:
             which, body = request_body(request)
             task = asyncio.create_task(self._serve(protocol, request, which, body, payload))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            protocol.request_started()
+            task.add_done_callback(lambda done: self._request_done(protocol, done))
 
         protocol = FramedProtocol(
             on_frame,
             lambda _exc: self._connections.discard(protocol),
             crc_covers_payload=CLIENT_CRC_COVERS_PAYLOAD,
+            max_in_flight=self.node.config.max_requests_per_connection,
         )
         self._connections.add(protocol)
         return protocol
+
+    def _request_done(self, connection: FramedProtocol, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        connection.request_done()
 
     async def _serve(
         self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
@@ -114,6 +125,9 @@ class ClientServer:
             # its kernel reset the connection, discarding requests not yet read (as in Kafka)
             no_reply_wanted = which == "produce" and body.acks == ACKS_NONE
             handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
+            # Serve only while the replies are read: a client that stops reading gets no more
+            # work done for it (and no more replies buffered) until it does.
+            await connection.drain()
             out_payload = await handler(body, response, payload) or []
         except LaminarError as exc:
             fill_error(response.error, exc)
@@ -174,29 +188,6 @@ class ClientServer:
             return replica.raft.leader_id  # fresher than the metadata record
         return recorded
 
-    async def _on_createTopic(self, spec: Any, response: Any, _payload: memoryview) -> None:
-        topic = await topic_admin.create_topic(
-            self.node,
-            spec.name,
-            {
-                "partitions": spec.partitions,
-                "replication_factor": spec.replicationFactor,
-                "segment_bytes": spec.segmentBytes,
-                "segment_ms": spec.segmentMs,
-                "retention_ms": spec.retentionMs,
-                "retention_bytes": spec.retentionBytes,
-            },
-        )
-        self._fill_topic(response.body.init("topic"), topic)
-
-    async def _on_deleteTopic(self, name: str, response: Any, _payload: memoryview) -> None:
-        await topic_admin.delete_topic(self.node, name)
-        response.body.none = None
-
-    async def _on_drainNode(self, node_id: int, response: Any, _payload: memoryview) -> None:
-        await self.node.metadata_service.propose({"op": "drain_node", "node_id": node_id})
-        response.body.none = None
-
     # produce ---------------------------------------------------------------------------------
     async def _on_produce(self, body: Any, response: Any, payload: memoryview) -> None:
         acks = body.acks
@@ -214,6 +205,7 @@ class ClientServer:
                 if is_internal(ref.topic):
                     raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
                 replica = io.leader_replica(ref.topic, ref.partition)
+                self.node.disk.refuse_when_full(ref.payloadLength)
                 end = ref.payloadOffset + ref.payloadLength
                 if end > len(payload):
                     raise InvalidRequestError("batch reference runs past the frame payload")

@@ -42,6 +42,15 @@ class NodeConfig:
     """Kafka wire protocol address host:port (laminar/kafka); empty: no Kafka listener."""
     kafka_advertise: str = ""
     """Kafka address clients are given in Metadata; default kafka_listen."""
+    shutdown_handoff_ms: int = 5_000
+    """How long a stopping node spends handing its leaderships over (0: stop at once)."""
+    reap_after_ms: int = DAY_MS
+    """A node down this long is dropped from the gossip, and from the cluster once it holds
+    no replica (``--reap-after``; 0 keeps it forever)."""
+    min_free_bytes: int = 256 * 1024 * 1024
+    """Below this much free space in ``data_dir`` the node takes no new data (``disk.py``)."""
+    max_requests_per_connection: int = 256
+    """Client requests one connection may have in service; beyond, the node stops reading it."""
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
@@ -59,8 +68,14 @@ class NodeConfig:
             self.advertise_peer = self.peer_listen
         split_address(self.advertise_peer)
         if self.kafka_listen and not self.kafka_advertise:
+            if split_address(self.kafka_listen)[0] in ("0.0.0.0", "::", ""):
+                raise ValueError(
+                    "--kafka-listen binds every interface: give --kafka-advertise, the address "
+                    "Kafka clients are to connect to"
+                )
             self.kafka_advertise = self.kafka_listen
-        for address in [*self.peers.values(), *self.join, *filter(None, [self.kafka_listen])]:
+        kafka = [a for a in (self.kafka_listen, self.kafka_advertise) if a]
+        for address in [*self.peers.values(), *self.join, *kafka]:
             split_address(address)
 
 

@@ -49,7 +49,7 @@ async def serve(config: NodeConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     structlog.get_logger(__name__).info("shutting down", node_id=config.node_id)
-    await node.stop()
+    await node.shutdown()
 
 
 _M_TRIM_THRESHOLD = -1

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.errors import (
+    InvalidConfigError,
     InvalidRequestError,
     LaminarError,
     NotEnoughReplicasError,
     TopicExistsError,
     UnknownTopicError,
 )
+from laminar.queues import config as queue_config
+from laminar.topic_names import validate_topic_name as validate_topic_name
 
 METADATA_GROUP = 0
 PARTITION_BITS = 20
@@ -40,6 +43,10 @@ class TopicSettings:
     segment_ms: int
     retention_ms: int | None
     retention_bytes: int | None
+
+
+ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
+"""The topic settings ``alter_topic`` may change at run time (all are per-log settings)."""
 
 
 @dataclass(slots=True)
@@ -96,6 +103,9 @@ class MetadataState:
     next_topic_id: int = 1
     recovering: dict[tuple[int, int], Recovery] = field(default_factory=dict)
     """(group, node) -> replicas that lost their state and must not vote until re-admitted."""
+    queue_configs: dict[str, dict[str, queue_config.Value]] = field(default_factory=dict)
+    """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
+    A changed group gets a new dict, so a reader may compare by identity."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
 
@@ -166,12 +176,36 @@ class MetadataState:
                 return None
             del self.recovering[key]
             return recovery
-        if op == "drain_node":
+        if op == "alter_queue_config":
+            return self._alter_queue_config(command)
+        if op in ("drain_node", "undrain_node"):
             if command["node_id"] not in self.nodes:
                 raise InvalidRequestError(f"node {command['node_id']} is not a cluster member")
-            self.draining.add(command["node_id"])
+            if op == "drain_node":
+                self.draining.add(command["node_id"])
+            else:
+                self.draining.discard(command["node_id"])
             return command["node_id"]
+        if op == "forget_node":
+            return self._forget_node(command["node_id"])
+        if op == "add_partitions":
+            return self._add_partitions(command)
+        if op == "alter_topic":
+            return self._alter_topic(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:
+        """Set and reset some of a share group's settings; a bad entry changes nothing."""
+        group = queue_config.validate_group(command.get("group"))
+        changes, reset = command.get("set") or {}, command.get("reset") or []
+        if not isinstance(changes, dict) or not isinstance(reset, list):
+            raise InvalidConfigError("set is an object and reset a list of names")
+        stored = queue_config.altered(self.queue_configs.get(group, {}), changes, reset)
+        if stored:
+            self.queue_configs[group] = stored
+        else:
+            self.queue_configs.pop(group, None)
+        return stored
 
     def _replica_lost(self, command: dict[str, Any]) -> Recovery | None:
         """A replica reports it lost its state; its group's leader will re-admit it."""
@@ -233,6 +267,55 @@ class MetadataState:
         self.topics[name] = topic
         return topic
 
+    def _add_partitions(self, command: dict[str, Any]) -> Topic:
+        """Grow a topic to ``len(replicas)`` partitions more; existing ones are untouched, so
+        (as in Kafka) keys hash to other partitions from then on."""
+        topic = self._topic(command["name"])
+        if command["from"] != len(topic.partitions):
+            # Placed for another partition count (a concurrent add committed first).
+            raise InvalidRequestError(
+                f"topic {topic.name!r} has {len(topic.partitions)} partitions now; try again"
+            )
+        topic.partitions.extend(PartitionAssignment(list(r)) for r in command["replicas"])
+        topic.settings.partitions = len(topic.partitions)
+        return topic
+
+    def _alter_topic(self, command: dict[str, Any]) -> Topic:
+        """Change a topic's log settings; each replica applies them to its log at once."""
+        topic = self._topic(command["name"])
+        changes = command["settings"]
+        unknown = set(changes) - set(ALTERABLE_SETTINGS)
+        if unknown:
+            raise InvalidRequestError(f"cannot alter {', '.join(sorted(unknown))}")
+        for name, value in changes.items():
+            setattr(topic.settings, name, value)
+        return topic
+
+    def _forget_node(self, node_id: int) -> int:
+        """Drop a node the gossip reaped (down for a day) that holds no replica any more, so it
+        leaves ``cluster status``; if it ever comes back it registers afresh."""
+        if node_id not in self.nodes:
+            raise InvalidRequestError(f"node {node_id} is not a cluster member")
+        holding = [
+            f"{topic.name}/{index}"
+            for topic in self.topics.values()
+            for index, a in enumerate(topic.partitions)
+            if node_id in a.replicas or node_id == a.adding
+        ]
+        if holding:
+            raise InvalidRequestError(f"node {node_id} still holds replicas of {holding[:3]}")
+        del self.nodes[node_id]
+        self.draining.discard(node_id)
+        for key in [k for k in self.recovering if k[1] == node_id]:
+            del self.recovering[key]
+        return node_id
+
+    def _topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {name!r}")
+        return topic
+
     def topic_by_id(self, topic_id: int) -> Topic | None:
         for topic in self.topics.values():
             if topic.topic_id == topic_id:
@@ -248,22 +331,17 @@ class MetadataState:
         return counts
 
 
-def validate_topic_name(name: str) -> None:
-    if not name or len(name) > 200:
-        raise InvalidRequestError("a topic name has 1 to 200 characters")
-    if not all(c.isalnum() or c in "._-" for c in name):
-        raise InvalidRequestError(
-            f"topic name {name!r} may contain only letters, digits, '.', '_' and '-'"
-        )
-
-
 def place_replicas(
-    partitions: int, replication_factor: int, live_nodes: list[int], load: dict[int, int]
+    partitions: int,
+    replication_factor: int,
+    live_nodes: list[int],
+    load: dict[int, int],
+    first: int = 0,
 ) -> list[list[int]]:
     """Spread replicas evenly: each replica goes to the live node with the fewest so far.
 
-    Ties break by node id, rotated per partition so that first replicas (preferred leaders)
-    spread too.
+    Ties break by node id, rotated per partition (numbered from ``first``) so that first
+    replicas (preferred leaders) spread too.
     """
     if partitions < 1 or partitions >= MAX_PARTITIONS:
         raise InvalidRequestError(f"partitions must be between 1 and {MAX_PARTITIONS - 1}")
@@ -277,7 +355,7 @@ def place_replicas(
     counts = {node: load.get(node, 0) for node in live_nodes}
     nodes = sorted(live_nodes)
     placement: list[list[int]] = []
-    for partition in range(partitions):
+    for partition in range(first, first + partitions):
         rotation = nodes[partition % len(nodes) :] + nodes[: partition % len(nodes)]
         order = {node: i for i, node in enumerate(rotation)}
         chosen: list[int] = []

@@ -22,8 +22,10 @@ from laminar.errors import (
     NotLeaderError,
     ProtocolError,
     RequestTimeoutError,
+    UnknownTopicError,
 )
 from laminar.node.metadata import (
+    MAX_PARTITIONS,
     METADATA_GROUP,
     TopicSettings,
     decode_command,
@@ -90,6 +92,27 @@ class MetadataService:
                     raise RequestTimeoutError("no metadata leader answered in time") from None
                 await asyncio.sleep(0.05)
 
+    def caught_up(self) -> bool:
+        """This node knows a metadata leader and has applied every entry it knows committed
+        (as the leader: once it has committed an entry of its own term, which commits all
+        before it). False right after a restart and while no leader is known; readers of
+        settings that must not answer from a stale copy wait."""
+        replica = self.node.metadata
+        if replica is None or replica.raft.leader_id == 0:
+            return False
+        raft = replica.raft
+        if replica.is_leader and not (raft.commit >= 0 and raft.log.term(raft.commit) == raft.term):
+            return False  # a new leader knows its predecessors' entries committed only then
+        return replica.applied_through >= raft.commit
+
+    async def wait_caught_up(self, timeout: float) -> None:
+        """Wait until ``caught_up``; RequestTimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while not self.caught_up():
+            if time.monotonic() > deadline:
+                raise RequestTimeoutError("this node's metadata is not caught up yet")
+            await asyncio.sleep(0.02)
+
     def _forwarder(self) -> int:
         """A connected peer to forward a proposal through when no leader is known."""
         connected = list(self.node.peers.connected_peers())
@@ -153,8 +176,10 @@ class MetadataService:
             assert self.node.metadata is not None
             conf = self.node.metadata.raft.conf
             return {**command, "voter": command["node"] not in conf.learners}
-        if command.get("op") != "create_topic" or "replicas" in command:
+        if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
             return command
+        if command["op"] == "add_partitions":
+            return self._place_added_partitions(command)
         validate_topic_name(command["name"])
         settings = TopicSettings(**command["settings"])
         replicas = place_replicas(
@@ -164,6 +189,27 @@ class MetadataService:
             self.node.state.replica_counts(),
         )
         return {**command, "replicas": replicas}
+
+    def _place_added_partitions(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Place the replicas of the partitions a topic grows by, like a new topic's."""
+        topic = self.node.state.topics.get(command["name"])
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {command['name']!r}")
+        current, total = len(topic.partitions), command["total"]
+        if total <= current:
+            raise InvalidRequestError(
+                f"topic {topic.name!r} has {current} partitions; partitions can only be added"
+            )
+        if total >= MAX_PARTITIONS:
+            raise InvalidRequestError(f"a topic has at most {MAX_PARTITIONS - 1} partitions")
+        replicas = place_replicas(
+            total - current,
+            topic.settings.replication_factor,
+            self.node.live_nodes(),
+            self.node.state.replica_counts(),
+            first=current,
+        )
+        return {**command, "from": current, "replicas": replicas}
 
     async def wait_applied(self, index: int, timeout: float) -> None:
         if self.applied >= index:

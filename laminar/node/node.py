@@ -21,11 +21,14 @@ from laminar.errors import (
 from laminar.groups.service import INTERNAL_TOPIC, GroupService
 from laminar.kafka.broker import NodeBroker
 from laminar.kafka.server import KafkaServer
-from laminar.membership.driver import SwimDriver
+from laminar.membership.driver import TICK_SECONDS, SwimDriver
+from laminar.membership.swim import SwimConfig
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
+from laminar.node.disk import DiskSpace
+from laminar.node.handoff import hand_off_leadership
 from laminar.node.metadata import (
     METADATA_GROUP,
     MetadataState,
@@ -41,9 +44,10 @@ from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.status import local_status
+from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
-from laminar.raft import ConfState, RaftConfig
+from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
@@ -94,6 +98,7 @@ class Node:
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.advertise_peer, "client": config.listen},
+            config=SwimConfig(reap_after_ticks=round(config.reap_after_ms / 1000 / TICK_SECONDS)),
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
         )
@@ -109,10 +114,16 @@ class Node:
         )
         self.queues = QueueService(
             ShareConfig(),
+            lambda: self.state.queue_configs,
+            self.metadata_service.wait_caught_up,
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
         )
+        self.topic_admin = TopicAdmin(
+            service.propose, self.state, self.settings_for, config.max_batch_bytes
+        )
+        self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
         self.client_server = ClientServer(self)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
@@ -120,6 +131,7 @@ class Node:
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.disk.check()
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
             await self._start_network()
@@ -159,6 +171,7 @@ class Node:
             asyncio.create_task(self._retention_loop(), name="retention"),
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
+            asyncio.create_task(self.disk.watch(), name="disk-space"),
         ]
         self.spawn(self._register())
         log.info(
@@ -176,6 +189,35 @@ class Node:
             self.peers.add_peer(node_id, address)
         host, port = split_address(self.config.peer_listen)
         await self.swim.start(host, port)
+
+    async def shutdown(self) -> None:
+        """Stop gracefully: leave the gossip (so no peer hands leadership back), give away
+        every leadership (``handoff.py``), then stop."""
+        timeout = self.config.shutdown_handoff_ms / 1000
+        if timeout > 0 and self.metadata is not None:
+            await self.swim.leave(linger_seconds=0)
+            await hand_off_leadership(
+                self.node_id,
+                lambda: list(self.runtime.replicas.values()),
+                self.placement.live,
+                self._leader_on_record,
+                self.runtime.wake,
+                timeout,
+            )
+        await self.stop()
+
+    def _leader_on_record(self, replica: Replica) -> int:
+        """The leader the metadata names for ``replica``'s partition, while a live metadata
+        leader can still change that record (else 0)."""
+        topic = self.state.topics.get(replica.topic)
+        if replica.group == METADATA_GROUP or topic is None or self.metadata is None:
+            return 0
+        recorder = self.metadata.raft.leader_id
+        if recorder not in self.placement.live():  # includes this node, never 0
+            return 0
+        if replica.partition >= len(topic.partitions):
+            return 0
+        return topic.partitions[replica.partition].leader
 
     async def stop(self) -> None:
         for task in [*self._tasks, *self._background]:
@@ -232,11 +274,17 @@ class Node:
     def _raft_received(self, peer: int, messages: list[tuple[int, Any]]) -> None:
         step = self.runtime.step
         amnesia = self.amnesia if self.amnesia.filtering else None
+        disk = self.disk
         for group, message in messages:
             if (
                 message.to == self.node_id
                 and message.frm == peer
                 and (amnesia is None or amnesia.admits(group, message))
+                and (
+                    group == METADATA_GROUP
+                    or not (size := _log_bytes(message))
+                    or disk.accepting(size)
+                )
             ):
                 step(group, message)
 
@@ -247,6 +295,8 @@ class Node:
         self.client_addresses[peer] = client_address
         log.info("peer connected", peer=peer, address=peer_address)
         self.runtime.node_up(peer)
+        if self.swim.member(peer) is None:  # reaped by the gossip, yet reachable again
+            self.swim.rejoin(peer_address)
 
     async def _liveness_loop(self) -> None:
         while True:
@@ -278,12 +328,17 @@ class Node:
 
     def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
-        if op in ("create_topic", "delete_topic", "register_node", "finish_move"):
+        if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
-        if op == "create_topic" and isinstance(result, Topic):
-            for partition, assignment in enumerate(result.partitions):
-                if self.node_id in assignment.replicas:
+        if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
+            for partition in range(command.get("from", 0), len(result.partitions)):
+                if self.node_id in result.partitions[partition].replicas:
                     self._open_partition(result, partition, index)
+        elif op == "alter_topic" and isinstance(result, Topic):
+            for partition in range(len(result.partitions)):
+                replica = self.runtime.replicas.get(group_id(result.topic_id, partition))
+                if replica is not None:
+                    replica.log.config = self._log_config(result.settings)
         elif op == "delete_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.remove(group_id(result.topic_id, partition))
@@ -291,6 +346,8 @@ class Node:
                     self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
+        elif op == "forget_node" and result != self.node_id:
+            self.peers.remove_peer(result)
         elif op in ("register_node", "replica_recovered"):
             self.readmission.applied(command)
         elif op == "start_move" and result is not None and result.adding == self.node_id:
@@ -335,13 +392,7 @@ class Node:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
             conf = ConfState(voters=tuple(replicas), learners=(self.node_id,))
-        log_config = LogConfig(
-            segment_bytes=settings.segment_bytes,
-            segment_ms=settings.segment_ms,
-            retention_ms=settings.retention_ms,
-            retention_bytes=settings.retention_bytes,
-            max_batch_bytes=self.config.max_batch_bytes,
-        )
+        log_config = self._log_config(settings)
         opener = functools.partial(
             Replica.open,
             group,
@@ -370,6 +421,9 @@ class Node:
         ):
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
+
+    def _log_config(self, settings: TopicSettings) -> LogConfig:
+        return log_config(settings, self.config.max_batch_bytes)
 
     def _leader_changed(self, replica: Replica) -> None:
         if replica.topic == INTERNAL_TOPIC:
@@ -441,3 +495,12 @@ class Node:
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:
         return local_status(self)
+
+
+def _log_bytes(message: Any) -> int:
+    """Bytes a Raft message would make this follower write (entries, or a reset); while the
+    disk is full such messages are ignored, unacknowledged, so the leader retries them later
+    as it does lost ones."""
+    if message.type == MessageType.APPEND:
+        return sum(len(entry.data) for entry in message.entries)
+    return 1 if message.type == MessageType.RESET else 0

@@ -87,6 +87,18 @@ class PeerNetwork:
                 old.cancel()
             self._dialers[node_id] = asyncio.create_task(self._dial(node_id))
 
+    def remove_peer(self, node_id: int) -> None:
+        """Forget a peer the cluster forgot (``forget_node``): stop dialing it, drop its link."""
+        self.addresses.pop(node_id, None)
+        dialer = self._dialers.pop(node_id, None)
+        if dialer is not None:
+            dialer.cancel()
+        connection = self._connections.get(node_id)
+        if connection is not None:
+            connection.close()
+        self._down.discard(node_id)
+        self._last_heard.pop(node_id, None)
+
     def connected(self, node_id: int) -> bool:
         connection = self._connections.get(node_id)
         return connection is not None and not connection.closed

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 import structlog
 
 from laminar.errors import LaminarError
-from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent
+from laminar.membership.state import LIVE_STATES, EventKind, MemberEvent, MemberState
 from laminar.node.metadata import METADATA_GROUP, Recovery, group_id
+from laminar.node.metadata_voters import Follower, HandOver, Promote, Remove, next_step
 from laminar.node.rebalance import (
     Move,
     advance_move,
@@ -43,6 +44,9 @@ class Placement:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._dead_since: dict[int, float] = {}
+        self._reaped: set[int] = set()
+        """Nodes the gossip forgot (down for ``--reap-after``): the metadata leader forgets
+        them too once they hold no replica."""
         self._last_transfer: dict[int, float] = {}
         self._proposing: set[tuple[tuple[str, int | str], ...]] = set()
         self._out_of_voters: set[tuple[int, int, str, int]] = set()
@@ -57,6 +61,8 @@ class Placement:
         if event.kind in (EventKind.DEAD, EventKind.LEFT):
             self._dead_since.setdefault(member.node_id, time.monotonic())
             node.runtime.node_down(member.node_id)
+        elif event.kind is EventKind.REAPED:
+            self._reaped.add(member.node_id)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
             self._dead_since.pop(member.node_id, None)
             if event.kind is EventKind.ALIVE:
@@ -69,8 +75,13 @@ class Placement:
 
     def live(self) -> set[int]:
         node = self.node
-        alive = {m.node_id for m in node.swim.members if m.state in LIVE_STATES}
-        connected = set(node.peers.connected_peers())  # gossip may not have converged yet
+        alive, left = set(), set()
+        for member in node.swim.members:
+            if member.state in LIVE_STATES:
+                alive.add(member.node_id)
+            elif member.state is MemberState.LEFT:
+                left.add(member.node_id)  # stopping: still connected, handing leadership off
+        connected = set(node.peers.connected_peers()) - left  # gossip may not have converged
         return (alive | connected | {node.node_id}) & set(node.state.nodes)
 
     def gone(self) -> set[int]:
@@ -85,6 +96,8 @@ class Placement:
         live, gone = self.live(), self.gone()
         if node.metadata.is_leader:
             self._admit_metadata_learners()
+            self._forget_reaped()
+            self._follow_cluster_with_voters(live, gone)
             for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                 log.info("starting replica move", move=move)
                 self._propose(move.command("start_move"))
@@ -179,6 +192,61 @@ class Placement:
                 except LaminarError:
                     pass
                 return  # one change at a time
+
+    def _follow_cluster_with_voters(self, live: set[int], gone: set[int]) -> None:
+        """Keep the metadata voters on nodes that are there (``metadata_voters.py``)."""
+        node = self.node
+        assert node.metadata is not None
+        if any(group == METADATA_GROUP for group, _ in node.state.recovering):
+            return  # a voter that lost its state is being re-admitted: one plan at a time
+        raft = node.metadata.raft
+        conf = raft.conf
+        eligible = set(node.state.nodes) - gone - node.state.draining
+        status = raft.status()
+        followers = {
+            peer: Follower(progress.match, progress.recent_active)
+            for peer, progress in status.progress.items()
+        }
+        step = next_step(
+            node.node_id, conf.voters, conf.learners, eligible, live, followers, raft.last_index
+        )
+        try:
+            if isinstance(step, Promote):
+                raft.propose_conf_change(ConfChange(ConfChangeType.PROMOTE, step.node_id))
+            elif isinstance(step, Remove):
+                raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, step.node_id))
+            elif isinstance(step, HandOver):
+                raft.transfer_leader(step.node_id)
+            else:
+                return
+        except LaminarError as exc:  # another change pending, no entry of this term yet
+            log.debug("metadata voter change deferred", step=step, reason=str(exc))
+            return
+        log.info("metadata voters follow the cluster", step=step)
+        node.runtime.wake(node.metadata)
+
+    def _forget_reaped(self) -> None:
+        """Forget reaped nodes holding no replica, and drop forgotten nodes' metadata
+        learners (one membership change at a time). A reaped metadata voter stays: voters
+        change only by hand."""
+        node = self.node
+        assert node.metadata is not None
+        raft = node.metadata.raft
+        for node_id in sorted(self._reaped):
+            if node_id not in node.state.nodes:
+                self._reaped.discard(node_id)
+                self._dead_since.pop(node_id, None)
+            elif node_id not in raft.conf.voters and not node.state.replica_counts().get(node_id):
+                self._propose({"op": "forget_node", "node_id": node_id})
+        for learner in raft.conf.learners:
+            if learner not in node.state.nodes:
+                try:
+                    raft.propose_conf_change(ConfChange(ConfChangeType.REMOVE, learner))
+                    node.runtime.wake(node.metadata)
+                    log.info("metadata learner of a forgotten node removed", node=learner)
+                except LaminarError:
+                    pass
+                return
 
     def _propose(self, command: dict[str, int | str]) -> None:
         key = tuple(sorted(command.items()))

@@ -47,6 +47,9 @@ class Replica:
     partition: int = 0
     apply: Callable[[Any], Any] | None = None
     """Metadata group only: applies committed NORMAL entries and returns their result."""
+    applied_through: int = -1
+    """Metadata group only: the last offset of the committed entries handed to ``apply`` so
+    far, the core's own NOOP and CONFIG entries included (``apply`` sees only NORMAL ones)."""
     saved: SavedState | None = None
     conf: ConfState | None = None
     """The committed configuration the core last handed out (what a restart starts from)."""

@@ -275,6 +275,7 @@ class MultiRaft:
         for entry in entries:
             if entry.kind == EntryKind.NORMAL:
                 replica.apply(entry)
+            replica.applied_through = entry.last
 
     def _schedule(self) -> None:
         """One call_soon drains every marked group and then the per-peer outbox."""

@@ -11,6 +11,9 @@ group shard's ``ShardDriver`` does):
   a future ``laminar-deliver-at`` header are deferred, and the group learns the partition's
   high watermark as its end. Each record is read once per group (and once more after a
   failover); delayed records then sit in a heap, never in a scan.
+* **Settings.** Each group's ``ShareConfig`` (its lock and delivery limit, stored cluster-wide,
+  ``laminar.queues.config``) is handed to its ``SharePartition`` before every use; loading
+  first waits (boundedly) for this node's copy of the settings to catch up after a restart.
 * **Append.** The records every group wrote in one loop iteration become one control batch,
   proposed to the partition's own Raft group; a request's reply waits until the records it
   depends on are committed (acquisitions too: a delivery a member has seen survives a
@@ -26,13 +29,19 @@ group shard's ``ShardDriver`` does):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 import structlog
 
 from laminar.durable import Reply
-from laminar.errors import CorruptLogError, LaminarError, NotLeaderError, ReceiptExpiredError
+from laminar.errors import (
+    CorruptBatchError,
+    CorruptLogError,
+    LaminarError,
+    NotLeaderError,
+    ReceiptExpiredError,
+)
 from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica
 from laminar.queues.log_codec import decode_batch, encode_batch
@@ -68,7 +77,8 @@ class PartitionQueues:
     def __init__(
         self,
         replica: Replica,
-        config: ShareConfig,
+        config_for: Callable[[str], ShareConfig],
+        settings_ready: Callable[[], Awaitable[None]],
         now_ms: Callable[[], int],
         wake: Callable[[Replica], None],
         storage_fault: Callable[[Replica, Exception], None],
@@ -76,7 +86,10 @@ class PartitionQueues:
     ) -> None:
         self.replica = replica
         self.leader = LeaderTerm(replica)
-        self.config = config
+        self._config_for = config_for
+        """A group's settings (cluster-wide, laminar.queues.config): the same object until
+        they change, so applying them before each use costs an identity check."""
+        self._settings_ready = settings_ready
         self._now_ms = now_ms
         self._wake = wake
         self._storage_fault = storage_fault
@@ -119,6 +132,7 @@ class PartitionQueues:
             if partition is None:
                 results = [ReceiptExpiredError(f"group {group} holds nothing here")] * len(settles)
             else:
+                self._configure(group, partition)
                 new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call
                 reply = partition.acknowledge(
                     [
@@ -183,7 +197,11 @@ class PartitionQueues:
         if partition is None or not log_.start_offset <= partition.start < partition.end:
             return 0
         batch = log_.batches(partition.start, partition.start + 1, READ_BYTES)[0]
-        for record in record_batch.decode_records(batch):
+        try:
+            records = record_batch.decode_records(batch)
+        except CorruptBatchError:  # a compressed batch that does not inflate: its first time
+            return max(0, self._now_ms() - record_batch.read_header(batch).first_timestamp)
+        for record in records:
             if record.offset >= partition.start:
                 return max(0, self._now_ms() - record.timestamp)
         return 0
@@ -198,6 +216,7 @@ class PartitionQueues:
         now = self._now_ms()
         letters = []
         for name, partition in self.groups.items():
+            self._configure(name, partition)
             partition.tick(now)
             taken = partition.take_dead_letters(limit=500)
             if taken:
@@ -250,9 +269,17 @@ class PartitionQueues:
         if partition is None:
             log_ = self.replica.log
             start = log_.start_offset if from_earliest else self.replica.high_watermark
-            partition = SharePartition(self.config, self._now_ms(), start=start)
+            partition = SharePartition(self._config_for(group), self._now_ms(), start=start)
             self.groups[group] = partition
+        else:
+            self._configure(group, partition)
         return partition
+
+    def _configure(self, group: str, partition: SharePartition) -> None:
+        """Apply the group's current settings (they may have changed since the last use)."""
+        config = self._config_for(group)
+        if partition.config is not config:
+            partition.configure(config)
 
     def _scan(self, group: str, partition: SharePartition) -> None:
         """Tell ``partition`` what it may hand out next: skips, delays, the end."""
@@ -270,10 +297,10 @@ class PartitionQueues:
                 # is told now; the next scan starts at ``end`` and reads the rest.
                 if record_batch.is_control(header):
                     partition.skip(header.base_offset, min(last + 1, end))
-                elif DELIVER_AT_BYTES in bytes(batch):
-                    # Batches are never compressed: one without the header's name holds no
-                    # delayed record, and its records are not decoded at all.
-                    for record in record_batch.decode_records(batch):
+                elif DELIVER_AT_BYTES in (plain := self._records_of(batch, header)):
+                    # A batch without the header's name holds no delayed record, and its
+                    # records are not decoded at all (a compressed one is inflated to look).
+                    for record in record_batch.decode_records(plain):
                         due = _deliver_at(record.headers)
                         if due > now and start <= record.offset < end:
                             partition.defer(record.offset, record.offset + 1, due)
@@ -282,6 +309,21 @@ class PartitionQueues:
                     break
         partition.end_offset(end)
         self._scanned[group] = max(self._scanned.get(group, 0), end)
+
+    def _records_of(self, batch: memoryview, header: record_batch.BatchHeader) -> bytes:
+        """The batch with its records uncompressed; b"" (no delayed record seen) for one that
+        does not decompress: its readers get the CorruptBatchError, the queue goes on."""
+        try:
+            return record_batch.decompressed(bytes(batch), header)[0]
+        except CorruptBatchError as exc:
+            log.warning(
+                "compressed batch does not decompress; no delivery time read from it",
+                topic=self.replica.topic,
+                partition=self.replica.partition,
+                offset=header.base_offset,
+                error=str(exc),
+            )
+            return b""
 
     async def _new_data(self, seconds: float) -> None:
         waiter = asyncio.get_running_loop().create_future()
@@ -367,6 +409,8 @@ class PartitionQueues:
         replica = self.replica
         try:
             await self.leader.log_committed()
+            await self._settings_ready()
+            self._check()
             records = self._replay(replica.raft.commit + 1)
         except (LaminarError, OSError, ValueError) as exc:
             self.end(f"could not load: {exc}")
@@ -375,7 +419,7 @@ class PartitionQueues:
             return
         now = self._now_ms()
         for name, recs in records.items():
-            partition = SharePartition(self.config, now, recs)
+            partition = SharePartition(self._config_for(name), now, recs)
             if partition.start < replica.log.start_offset:  # retention took the rest
                 partition.advance_start(replica.log.start_offset)
             self.groups[name] = partition

@@ -170,6 +170,7 @@ class SharePartition(RecordOutbox[Record]):
         self._rebuild_indexes(now_ms)
         if start is not None and start > self.state.start:
             self._write(StartMoved(start))
+        self._enforce_delivery_limit()
 
     # ------------------------------------------------------------------ log interface
 
@@ -191,6 +192,19 @@ class SharePartition(RecordOutbox[Record]):
         self._alive()
         self._emit([snapshot(self.state)])
         return 1
+
+    def configure(self, config: ShareConfig) -> None:
+        """The group's settings changed (``laminar.queues.config``). A new lock applies to
+        acquisitions from now on; locks held keep their deadline and, after a failover, their
+        durable duration. A lower ``max_deliveries`` archives at once every available offset
+        already delivered that often (it would otherwise go out once more than allowed)."""
+        self._alive()
+        if config.max_in_flight != self.config.max_in_flight:
+            raise ValueError("max_in_flight is the node's, not a group setting")
+        lowered = config.max_deliveries < self.config.max_deliveries
+        self.config = config
+        if lowered:
+            self._enforce_delivery_limit()
 
     # ------------------------------------------------------------------ the partition
 
@@ -565,6 +579,15 @@ class SharePartition(RecordOutbox[Record]):
         if again:
             self._write(Released(0, runs_of(again)))
             self._became_available(again, 0, now_ms)
+
+    def _enforce_delivery_limit(self) -> None:
+        """Available offsets delivered ``max_deliveries`` times already go to the dead letters
+        (only after the limit was lowered: otherwise an offset at the limit never comes back)."""
+        cap = self.config.max_deliveries
+        over = sorted(
+            o for o, s in self.state.slots.items() if s.state == AVAILABLE and s.count >= cap
+        )
+        self._archive(over, MAX_DELIVERIES_REASON)
 
     def _archive(self, offsets: list[int], reason: str) -> None:
         if offsets:

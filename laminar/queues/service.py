@@ -6,9 +6,14 @@ the partition's leader like a fetch does; nothing here routes or coordinates acr
 partition's queues are loaded on the first share request after its leader took over (a node
 leading thousands of partitions never reads queue state it is not asked for).
 
+Each group's settings (lock, ``max_deliveries``, dead-letter topic) are the cluster-wide values
+stored in the metadata (``laminar.queues.config``) over the node's defaults; every use of a
+group's state applies them first, so a change reaches every partition leader of the group
+within a tick (new acquisitions get the new lock, held locks keep theirs).
+
 Dead letters (rejected records, or records whose lock ran out ``max_deliveries`` times) are
-copied to the group's dead-letter topic ``<group>.dlq`` (created on first use) through the
-node's own client connection, with the original key, value and headers plus
+copied to the group's dead-letter topic (``<group>.dlq`` unless set; created on first use)
+through the node's own client connection, with the original key, value and headers plus
 ``laminar-dlq-topic``, ``-partition``, ``-offset``, ``-delivery-count`` and ``-reason``; only
 once the copy is acknowledged (acks=all) is the record done, so a failover in between copies it
 again (at-least-once into the dead-letter topic).
@@ -19,14 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
 
-from laminar.errors import LaminarError, TopicExistsError
+from laminar.errors import CorruptBatchError, LaminarError, RequestTimeoutError, TopicExistsError
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
+from laminar.queues.config import QueueSettings, Value, resolve
 from laminar.queues.driver import PartitionQueues
 from laminar.queues.partition import DeadLetter, ShareConfig
 from laminar.segment import batch as record_batch
@@ -34,24 +40,28 @@ from laminar.segment import batch as record_batch
 log = structlog.get_logger(__name__)
 
 TICK_SECONDS = 0.05
-DLQ_SUFFIX = ".dlq"
+SETTINGS_WAIT = 5.0
+"""How long a partition's queues, loading, wait for this node's copy of the group settings to
+catch up (after a restart) before serving with what it has."""
 DLQ_HEADER = "laminar-dlq-"
-
-
-def dead_letter_topic(group: str) -> str:
-    return f"{group}{DLQ_SUFFIX}"
+NOTHING_STORED: Mapping[str, Value] = {}
 
 
 class QueueService:
     def __init__(
         self,
         config: ShareConfig,
+        stored: Callable[[], Mapping[str, Mapping[str, Value]]],
+        metadata_caught_up: Callable[[float], Awaitable[None]],
         runtime: MultiRaft,
         client_address: Callable[[], str],
         replication: Callable[[], int],
         checkpoint_min_records: int = 10_000,
     ) -> None:
         self.config = config
+        self._stored = stored
+        self._metadata_caught_up = metadata_caught_up
+        self._settings: dict[str, tuple[Mapping[str, Value], QueueSettings, ShareConfig]] = {}
         self._runtime = runtime
         self._client_address = client_address
         self._replication = replication
@@ -74,13 +84,45 @@ class QueueService:
         if self._producer is not None:
             await self._producer.close()
 
+    def settings(self, group: str) -> QueueSettings:
+        """The group's settings: what the metadata stores for it over the node defaults."""
+        return self._resolved(group)[1]
+
+    def stored(self, group: str) -> Mapping[str, Value]:
+        """What the metadata stores for the group (only the settings set for it)."""
+        return self._stored().get(group) or NOTHING_STORED
+
+    def config_for(self, group: str) -> ShareConfig:
+        """The group's ``ShareConfig`` (the same object until its settings change)."""
+        return self._resolved(group)[2]
+
+    def _resolved(self, group: str) -> tuple[Mapping[str, Value], QueueSettings, ShareConfig]:
+        stored = self.stored(group)
+        cached = self._settings.get(group)
+        if cached is None or cached[0] is not stored:  # a change stores a new dict
+            settings = resolve(group, stored, self.config)
+            cached = (stored, settings, settings.share_config(self.config))
+            self._settings[group] = cached
+        return cached
+
+    async def settings_ready(self) -> None:
+        """Wait (boundedly) until this node's metadata, which holds the group settings, has
+        caught up: a restarted leader must not hand out locks by settings it has not replayed
+        yet. Settings are not worth an outage: without a metadata leader it goes on with
+        what it has."""
+        try:
+            await self._metadata_caught_up(SETTINGS_WAIT)
+        except RequestTimeoutError:
+            log.warning("share group settings may be stale: metadata not caught up")
+
     def queues(self, replica: Replica) -> PartitionQueues:
         """The share groups of a partition this node leads (loaded on first use)."""
         driver = self._drivers.get(replica.group)
         if driver is None or not driver.current:
             driver = PartitionQueues(
                 replica,
-                self.config,
+                self.config_for,
+                self.settings_ready,
                 lambda: int(time.time() * 1000),
                 self._runtime.wake,
                 self._runtime.fail,
@@ -128,7 +170,7 @@ class QueueService:
         from laminar.client import Admin, Producer  # the node is its own client here
 
         replica = driver.replica
-        topic = dead_letter_topic(group)
+        topic = self.settings(group).dead_letter_topic
         bootstrap = self._client_address()
         if self._producer is None:
             self._producer = Producer(bootstrap, acks="all", linger_ms=1)
@@ -140,7 +182,7 @@ class QueueService:
         by_offset = {letter.offset: letter for letter in letters}
         sends = []
         for batch in driver.read(letters):
-            for record in record_batch.decode_records(batch):
+            for record in _records_or_placeholders(batch, by_offset):
                 letter = by_offset.get(record.offset)
                 if letter is None:
                     continue
@@ -158,3 +200,29 @@ class QueueService:
                     )
                 )
         await asyncio.gather(*sends)
+
+
+def _records_or_placeholders(
+    batch: bytes, by_offset: dict[int, DeadLetter]
+) -> list[record_batch.Record]:
+    """The batch's records; for a (compressed) batch whose records do not decode, one record
+    per dead letter in it with no key, no value and the error as a header, so the letter is
+    still set aside (copying it again could only fail again)."""
+    try:
+        return record_batch.decode_records(batch)
+    except CorruptBatchError as exc:
+        header = record_batch.read_header(batch)
+        log.warning(
+            "dead letters' batch does not decode", offset=header.base_offset, error=str(exc)
+        )
+        return [
+            record_batch.Record(
+                offset,
+                header.first_timestamp,
+                None,
+                None,
+                ((DLQ_HEADER + "error", str(exc).encode()),),
+            )
+            for offset in sorted(by_offset)
+            if header.base_offset <= offset <= header.last_offset
+        ]

@@ -103,7 +103,8 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
             await _any_news(leader_replica, wanted, min(remaining, POLL_SLICE))
             await one_pass(wanted, max_records)
         as_runs = body.acquiredRuns
-        return _fill(response, service, leader_replica, found, acks, runs, errors, as_runs)
+        lock = lock_ms or service.config_for(group).lock_ms
+        return _fill(response, service, leader_replica, found, acks, runs, errors, as_runs, lock)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -151,6 +152,7 @@ def _fill(
     runs: list[tuple[int, int, int]],
     errors: list[LaminarError | None],
     as_runs: bool,
+    lock_ms: int,
 ) -> list[bytes]:
     out = response.body.init("shareFetch")
     results = out.init("results", len(found))
@@ -162,6 +164,7 @@ def _fill(
         if isinstance(value, LaminarError):
             fill_error(slot.error, value)
             continue
+        slot.lockMs = lock_ms
         if as_runs:
             _fill_runs(slot, value)
         else:

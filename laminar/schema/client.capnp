@@ -42,6 +42,12 @@ struct Request {
     # Share groups (queues): sent to the leader of each partition, like fetch.
     shareFetch @17 :ShareFetchRequest;
     describeQueue @18 :DescribeQueueRequest;
+    addPartitions @19 :AddPartitionsRequest;
+    alterTopic @20 :AlterTopicRequest;
+    undrainNode @21 :UInt32;  # a drained node takes replicas again
+    # A share group's settings, stored cluster-wide in the metadata: any node answers.
+    alterQueueConfig @22 :AlterQueueConfigRequest;
+    describeQueueConfig @23 :Text;  # the group
   }
 }
 
@@ -62,6 +68,7 @@ struct Response {
     group @12 :GroupDescription;
     shareFetch @13 :ShareFetchResponse;
     queue @14 :QueueDescription;
+    queueConfig @15 :QueueConfig;
   }
 }
 
@@ -77,6 +84,21 @@ struct TopicSpec {
   segmentMs @4 :Int64;        # 0: node default
   retentionMs @5 :Int64;      # 0: node default, -1: keep forever
   retentionBytes @6 :Int64;   # 0: no size limit
+}
+
+struct AddPartitionsRequest {
+  # Grow a topic; existing partitions keep their data, keys hash over the new count.
+  name @0 :Text;
+  total @1 :UInt32;           # the partition count afterwards
+}
+
+struct AlterTopicRequest {
+  # Change a topic's log settings at run time; -2 keeps a setting as it is.
+  name @0 :Text;
+  segmentBytes @1 :Int64 = -2;
+  segmentMs @2 :Int64 = -2;
+  retentionMs @3 :Int64 = -2;     # -1: keep forever
+  retentionBytes @4 :Int64 = -2;  # -1: no size limit
 }
 
 struct Broker {
@@ -366,7 +388,7 @@ struct ShareFetchRequest {
   memberId @1 :Text;
   partitions @2 :List(GroupPartition);  # acquire from these (this node leads them)
   maxRecords @3 :UInt32;      # 0: only settle the acks
-  lockMs @4 :UInt32;          # 0: the group's default (30 s)
+  lockMs @4 :UInt32;          # 0: the group's lock (its lock_ms setting, 30 s by default)
   maxWaitMs @5 :UInt32;       # long poll while nothing is available
   acks @6 :List(ShareAck);    # settled before anything is acquired
   fromEarliest @7 :Bool;      # a group new on a partition starts at its start (default: end)
@@ -406,6 +428,7 @@ struct SharePartitionResult {
   payloadOffset @4 :UInt32;   # whole record batches holding the acquired offsets (and others:
   payloadLength @5 :UInt32;   # deliver only the acquired ones)
   acquiredRuns @6 :List(ShareAcquiredRun);  # instead of ``acquired`` if the request asked
+  lockMs @7 :UInt32;          # the lock these acquisitions got (the request's, else the group's)
 }
 
 struct ShareFetchResponse {
@@ -434,4 +457,23 @@ struct QueuePartition {
 
 struct QueueDescription {
   partitions @0 :List(QueuePartition);
+}
+
+struct QueueConfigEntry {
+  # One setting of a share group (laminar/queues/config.py): lock_ms, max_deliveries,
+  # dead_letter_topic. Values travel as text (numbers in decimal), as Kafka's configs do.
+  name @0 :Text;
+  value @1 :Text;
+  isDefault @2 :Bool;         # replies: not set for the group, the node default applies
+}
+
+struct AlterQueueConfigRequest {
+  group @0 :Text;
+  entries @1 :List(QueueConfigEntry);  # set these (isDefault ignored)
+  reset @2 :List(Text);       # back to the default; a name may not be both set and reset
+}
+
+struct QueueConfig {
+  group @0 :Text;
+  entries @1 :List(QueueConfigEntry);  # every setting, with the value the group runs with
 }

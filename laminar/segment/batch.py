@@ -15,12 +15,15 @@ from typing import NamedTuple, TypeVar
 import crc32c
 
 from laminar.errors import BatchTooLargeError, CorruptBatchError
+from laminar.segment import compression as codecs
 from laminar.segment import varint
 
 HEADER_SIZE = 68
 MAGIC = 1
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_CONTROL = 1 << 5
+KNOWN_ATTRIBUTES = ATTR_COMPRESSION_MASK | ATTR_CONTROL
+MAX_CODEC = codecs.ZSTD
 CRC_START = 24
 # The smallest possible record: length, attributes, ts delta, offset delta, key len, value len,
 # header count, one byte each.
@@ -87,10 +90,15 @@ def build_batch(
     producer_id: int = -1,
     producer_epoch: int = -1,
     base_sequence: int = -1,
+    compression: int = codecs.NONE,
+    compression_level: int | None = None,
 ) -> bytes:
     """Encode ``(key, value, headers, timestamp_ms)`` records as one batch with its crc.
 
-    base_offset and term are written as 0: the node stamps them.
+    base_offset and term are written as 0: the node stamps them. With a ``compression`` codec
+    (``compression.GZIP`` ...) the records section is compressed and the crc covers the
+    compressed bytes, as in Kafka; a section that would not shrink is stored uncompressed (as
+    Kafka's clients do), so readers pay nothing for it.
     """
     if not records:
         raise ValueError("a batch holds at least one record")
@@ -143,9 +151,15 @@ def build_batch(
         size = len(body)
         add(table[size + 1] if size < 16384 else enc(size))
         add(body)
+    attributes = ATTR_CONTROL if control else 0
+    if compression:
+        plain = join(parts[1:])
+        packed = codecs.compress(compression, plain, compression_level)
+        if len(packed) < len(plain):
+            parts = [parts[0], packed]
+            attributes |= compression
     out = bytearray(join(parts))
     count = len(records)
-    attributes = ATTR_CONTROL if control else 0
     _LENGTH.pack_into(out, 0, 0, 0, len(out))
     _TAIL.pack_into(
         out,
@@ -202,15 +216,18 @@ def check_batch(
         raise CorruptBatchError(f"{n} bytes is shorter than a batch header")
     f = _HEADER.unpack_from(buf, 0)
     length, magic, res1, attributes, lod, count = f[2], f[4], f[5], f[6], f[7], f[14]
+    codec = attributes & ATTR_COMPRESSION_MASK
     if (
         length != n
         or magic != MAGIC
         or res1
         or f[12]
-        or attributes & ~ATTR_CONTROL
+        or attributes & ~KNOWN_ATTRIBUTES
+        or (codec and (codec > MAX_CODEC or attributes & ATTR_CONTROL))
         or count < 1
         or lod != count - 1
-        or count * MIN_RECORD_SIZE > n - HEADER_SIZE
+        or count * MIN_RECORD_SIZE > (codecs.MAX_DECOMPRESSED_BYTES if codec else n - HEADER_SIZE)
+        or n == HEADER_SIZE
         or f[9] < f[8]
     ):
         _explain(f, n)
@@ -230,16 +247,22 @@ def _explain(f: tuple[int, ...], n: int) -> None:
     if res1 or f[12]:
         raise CorruptBatchError("reserved header bytes are not zero")
     codec = attributes & ATTR_COMPRESSION_MASK
-    if codec:
+    if codec > MAX_CODEC:
         raise CorruptBatchError(f"compression codec {codec} is not supported")
-    if attributes & ~(ATTR_COMPRESSION_MASK | ATTR_CONTROL):
+    if attributes & ~KNOWN_ATTRIBUTES:
         raise CorruptBatchError(f"unknown attribute bits {attributes:#06x}")
+    if codec and attributes & ATTR_CONTROL:
+        raise CorruptBatchError("a control batch is never compressed")
     if count < 1:
         raise CorruptBatchError(f"record_count {count} is not positive")
     if lod != count - 1:
         raise CorruptBatchError(f"last_offset_delta {lod} does not match record_count {count}")
-    if count * MIN_RECORD_SIZE > n - HEADER_SIZE:
+    if n == HEADER_SIZE:
+        raise CorruptBatchError("the batch holds no records section")
+    if count * MIN_RECORD_SIZE > n - HEADER_SIZE and not codec:
         raise CorruptBatchError(f"{count} records cannot fit in {n - HEADER_SIZE} bytes")
+    if count * MIN_RECORD_SIZE > codecs.MAX_DECOMPRESSED_BYTES:
+        raise CorruptBatchError(f"{count} records cannot fit in any decompressed batch")
     raise CorruptBatchError("max_timestamp is before first_timestamp")
 
 
@@ -303,6 +326,7 @@ def decode_into(
     out: list[T],
     from_offset: int = -1,
     until_offset: int | None = None,
+    limit: int = codecs.MAX_DECOMPRESSED_BYTES,
 ) -> None:
     """Append ``make(offset, timestamp, key, value, headers)`` for every record at or after
     ``from_offset`` (and before ``until_offset``) to ``out``; ``buf`` is exactly the batch
@@ -313,17 +337,21 @@ def decode_into(
     consumer wants a few records out of a large batch) only ``[from_offset, until_offset)`` is
     parsed whole: records before are stepped over by their length once their offset is known,
     and parsing stops at ``until_offset``; the caller relies on the batch's crc for the rest.
+    A compressed batch is inflated first, whole (at most ``limit`` bytes, else
+    DecompressionLimitError; CorruptBatchError if it does not decompress).
     """
     end = h.batch_length
     if len(buf) != end:
         raise CorruptBatchError("batch is truncated")
-    if h.compression:
-        raise CorruptBatchError(f"compression codec {h.compression} is not supported")
+    pos = HEADER_SIZE
+    codec = h.attributes & ATTR_COMPRESSION_MASK
+    if codec:
+        buf = codecs.decompress(codec, memoryview(buf)[HEADER_SIZE:end], limit)
+        pos, end = 0, len(buf)
     dec = varint.decode
     base = h.base_offset
     first_ts = h.first_timestamp
     append = out.append
-    pos = HEADER_SIZE
     try:
         for _ in range(h.record_count):
             b = buf[pos]
@@ -402,6 +430,24 @@ def decode_into(
         raise CorruptBatchError("record runs past the end of its batch") from None
     if pos != end:
         raise CorruptBatchError("bytes left after the last record")
+
+
+def decompressed(
+    batch: bytes, h: BatchHeader, limit: int = codecs.MAX_DECOMPRESSED_BYTES
+) -> tuple[bytes, BatchHeader]:
+    """The batch with its records inflated, and its header to match: a reader's scratch copy
+    for code that walks records itself (the Spark decoder, a byte search). Its header says
+    uncompressed and gives the new length, but its crc is the compressed batch's: such a copy
+    is never stored or sent. An uncompressed batch is returned as it is."""
+    codec = h.attributes & ATTR_COMPRESSION_MASK
+    if not codec:
+        return batch, h
+    records = codecs.decompress(codec, memoryview(batch)[HEADER_SIZE : h.batch_length], limit)
+    head = bytearray(batch[:HEADER_SIZE])
+    length = HEADER_SIZE + len(records)
+    struct.pack_into("<i", head, 16, length)
+    struct.pack_into("<H", head, 26, h.attributes & ~codec)
+    return bytes(head) + records, h._replace(batch_length=length, attributes=h.attributes & ~codec)
 
 
 def _read_bytes(buf: bytes, pos: int, end: int) -> tuple[bytes | None, int]:

@@ -93,6 +93,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
                 data = part["records"]
                 if data is None or not len(data):
                     raise KafkaError(errors.CORRUPT_MESSAGE, "no record batch")
+                broker.refuse_when_full(len(data))
                 base = last = -1
                 for kbatch in records.iter_kafka_batches(data):
                     batch = records.to_laminar(kbatch)
