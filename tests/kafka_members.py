@@ -247,3 +247,32 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def leaders_by_node(bootstrap: str, topic: str) -> dict[str, object]:
+    """Each node's Kafka Metadata answer for ``topic``: partition -> leader (for failure
+    messages: which node tells clients what)."""
+    import socket
+
+    from laminar.kafka import codec
+    from laminar.kafka.apis import metadata
+    from tests.test_kafka_clients import raw_request, read_response
+
+    out: dict[str, object] = {}
+    for address in bootstrap.split(","):
+        host, port = address.rsplit(":", 1)
+        try:
+            body = codec.encode(metadata.REQUEST, {"topics": [{"name": topic}]}, 1, False)
+            with socket.create_connection((host, int(port)), timeout=5) as sock:
+                sock.sendall(raw_request(3, 1, 7, bytes(body)))
+                reply = codec.decode(
+                    metadata.RESPONSE, memoryview(read_response(sock)), 4, 1, False
+                )
+            out[address] = {
+                p["partition_index"]: p["leader_id"]
+                for t in reply["topics"]
+                for p in t["partitions"]
+            }
+        except (OSError, ConnectionError, ValueError) as exc:
+            out[address] = repr(exc)
+    return out

@@ -29,7 +29,7 @@ from laminar.client.admin import Admin
 from laminar.client.localcluster import LocalCluster, free_port_pairs, free_ports
 from tests.cluster_fixture import ClusterHandle, run_sync
 from tests.group_harness import create_topic, wait_until_caught_up
-from tests.kafka_members import CLIENTS, Member, produce, wait_for
+from tests.kafka_members import CLIENTS, Member, leaders_by_node, produce, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -133,7 +133,11 @@ def test_members_rejoin_after_the_coordinator_is_killed(
     killed = 0
     try:
         wait_for(lambda: split_evenly([a, b]) and a.assignment and b.assignment, 60, "sharing")
-        wait_for(lambda: set(first) <= set(a.values() + b.values()), 60, "the first records")
+        try:
+            wait_for(lambda: set(first) <= set(a.values() + b.values()), 60, "the first records")
+        except AssertionError as exc:  # say who tells clients which leader (seen: stale ones)
+            views = leaders_by_node(bootstrap, topic)
+            raise AssertionError(f"{exc}; leaders by node: {views}") from exc
         killed = run_sync(_describe(cluster.bootstrap, group)).coordinator
         cluster.kill(killed)
         second = produce(_without(bootstrap, cluster, killed), topic, PARTITIONS, 120, "b")
