@@ -112,6 +112,11 @@ class Member:
             auto_offset_reset="earliest",
             session_timeout_ms=SESSION_MS,
             heartbeat_interval_ms=HEARTBEAT_MS,
+            # aiokafka's offset-reset path retries NOT_LEADER_OR_FOLLOWER without refreshing
+            # metadata (its fetch path does), so a leader that moved right after the topic was
+            # created (leadership going back to a restarted node) was asked for a minute and
+            # more; a short metadata age bounds that.
+            metadata_max_age_ms=2000,
             **({"group_instance_id": self.instance_id} if self.instance_id else {}),
         )
         await consumer.start()
