@@ -11,6 +11,11 @@ For each client:
   everything produced afterwards and commit it there; the node comes back; then a third member
   joins and the coordinator is SIGKILLed again during that rebalance: the three end up
   sharing the partitions and read everything produced afterwards.
+
+Besides: the admin APIs through kafka-python and confluent-kafka, every version of every group
+API over a raw socket, a static member's restart, and a group id refused to the other kind.
+The kill tests run last (restarted nodes take shard leadership back, and admin clients do not
+retry NOT_COORDINATOR).
 """
 
 from __future__ import annotations
