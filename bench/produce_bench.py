@@ -259,13 +259,45 @@ def fsync_baseline(directory: Path, megabytes: int) -> float:
     return megabytes * 1.048576 / elapsed
 
 
+async def scrape_every(addresses: list[str], interval: float) -> None:
+    """GET /metrics from every node each ``interval`` s, as a Prometheus server would."""
+    while True:
+        await asyncio.sleep(interval)
+        for address in addresses:
+            host, port = address.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            writer.write(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+            await reader.read()
+            writer.close()
+
+
+def nodes_cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the node processes used so far (Linux /proc): what they spend per
+    record is steadier than throughput on a machine shared with other work."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
 async def run_cluster(
     root: Path, nodes: int, rf: int, seconds: float, args: argparse.Namespace
 ) -> dict[str, Any]:
-    cluster = LocalCluster(root, free_port_pairs(nodes), log_level="warning")
+    pairs = free_port_pairs(nodes)
+    extra: dict[str, Any] = {}
+    if args.metrics:
+        extra["metrics_ports"] = [port for port, _ in free_port_pairs(nodes)]
+    cluster = LocalCluster(root, pairs, log_level="warning", **extra)
     cluster.start()
+    scraper: asyncio.Task[None] | None = None
     try:
         await cluster.wait_ready(60)
+        if args.metrics:
+            addresses = [node.metrics_address for node in cluster.nodes.values()]
+            scraper = asyncio.create_task(scrape_every(addresses, args.scrape_interval))
         async with Admin(cluster.bootstrap) as admin:
             await admin.create_topic(TOPIC, partitions=3, replication_factor=rf)
             for _ in range(100):
@@ -273,6 +305,8 @@ async def run_cluster(
                 if all(p.leader for p in parts):
                     break
                 await asyncio.sleep(0.1)
+        pids = [node.pid for node in cluster.nodes.values() if node.pid is not None]
+        cpu_before = nodes_cpu_seconds(pids)
         lean = await lean_produce(
             cluster.bootstrap,
             3,
@@ -280,6 +314,9 @@ async def run_cluster(
             args.records_per_batch,
             args.in_flight if rf == 3 else args.in_flight_r1,
             args,
+        )
+        lean["node_cpu_us_per_record"] = (
+            (nodes_cpu_seconds(pids) - cpu_before) / max(1, lean["records"]) * 1e6
         )
         result: dict[str, Any] = {"lean": lean}
         if rf == 3:
@@ -293,10 +330,14 @@ async def run_cluster(
                 result["decoded_records_per_s"] = await decode_all(cluster.bootstrap, 3)
         return result
     finally:
+        if scraper is not None:
+            scraper.cancel()
         cluster.stop()
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
+    if args.r1_only:
+        return await r1_only(args)
     with tempfile.TemporaryDirectory(prefix="laminar-bench-") as tmp:
         root = Path(tmp)
         loopback = await loopback_baseline(512 if args.quick else 2048)
@@ -317,20 +358,36 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "r3_mb_s": round(r3["lean"]["mb_s"], 1),
         "r3_p50_ms": round(r3["lean"]["p50_ms"], 2),
         "r3_p99_ms": round(r3["lean"]["p99_ms"], 2),
+        "r3_node_cpu_us_per_record": round(r3["lean"]["node_cpu_us_per_record"], 3),
         "r1_records_per_s": round(r1["lean"]["records_per_s"]),
         "r1_mb_s": round(r1["lean"]["mb_s"], 1),
         "r1_p50_ms": round(r1["lean"]["p50_ms"], 2),
         "r1_p99_ms": round(r1["lean"]["p99_ms"], 2),
+        "r1_node_cpu_us_per_record": round(r1["lean"]["node_cpu_us_per_record"], 3),
         "api_producer_records_per_s": round(r3["api_records_per_s"]),
         "consume_mb_s": round(r3["consume_mb_s"], 1),
         "loopback_tcp_mb_s": round(loopback, 1),
         "raw_fsync_write_mb_s": round(disk, 1),
         "r3_vs_disk_ratio": round(r3["lean"]["mb_s"] / disk, 3),
         "consume_vs_loopback_ratio": round(r3["consume_mb_s"] / loopback, 3),
+        "metrics": f"on, scraped every {args.scrape_interval} s" if args.metrics else "off",
         "client": (
             f"lean: pre-built {args.records_per_batch}-record batches, {args.in_flight} (R3) / "
             f"{args.in_flight_r1} (R1) requests in flight per partition, one uvloop process"
         ),
+    }
+
+
+async def r1_only(args: argparse.Namespace) -> dict[str, Any]:
+    """The 1-node lean produce alone (no baselines): short runs for interleaved A/B."""
+    with tempfile.TemporaryDirectory(prefix="laminar-bench-") as tmp:
+        r1 = (await run_cluster(Path(tmp) / "r1", 1, 1, args.seconds, args))["lean"]
+    return {
+        "r1_records_per_s": round(r1["records_per_s"]),
+        "r1_p50_ms": round(r1["p50_ms"], 2),
+        "r1_p99_ms": round(r1["p99_ms"], 2),
+        "r1_node_cpu_us_per_record": round(r1["node_cpu_us_per_record"], 3),
+        "metrics": f"on, scraped every {args.scrape_interval} s" if args.metrics else "off",
     }
 
 
@@ -352,6 +409,13 @@ if __name__ == "__main__":
     parser.add_argument(
         "--in-flight-r1", type=int, default=4, help="R1 requests in flight per partition"
     )
+    parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="nodes serve /metrics (--metrics-listen), scraped during the run",
+    )
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
+    parser.add_argument("--r1-only", action="store_true", help="only the 1-node lean produce")
     arguments = parser.parse_args()
     if arguments.seconds is None:
         arguments.seconds = 8.0 if arguments.quick else 15.0

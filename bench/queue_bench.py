@@ -23,8 +23,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +34,8 @@ import uvloop
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from nats_cluster import add_r3_stream, nats_available, nats_cluster
+
 from laminar.client import Admin, ShareConsumer
 from laminar.client.connection import Connection
 from laminar.client.localcluster import LocalCluster, free_port_pairs
@@ -45,12 +45,6 @@ MEMBERS = 8
 TOPIC = "jobs"
 PAYLOAD = b"x" * 100
 SUBJECT = "jobs"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(*args: str) -> subprocess.Popen[str]:
@@ -176,17 +170,6 @@ async def write_laminar(address: str, total: int) -> None:
 # --------------------------------------------------------------------------- NATS
 
 
-def nats_available() -> str | None:
-    """Why the NATS side cannot run, or None."""
-    if shutil.which("nats-server") is None:
-        return "nats-server is not installed (Debian: apt-get install nats-server)"
-    try:
-        import nats  # noqa: F401
-    except ImportError:
-        return "nats-py is not installed (pip install nats-py)"
-    return None
-
-
 async def nats_worker(urls: str, total: int) -> None:
     import nats
 
@@ -219,72 +202,14 @@ async def nats_worker(urls: str, total: int) -> None:
     print(json.dumps({"acked": acked, "first": first, "last": last}), flush=True)
 
 
-async def wait_listening(port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            _reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.1)
-
-
 async def nats_side(work: Path, total: int) -> float:
     import nats
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+    from nats.js.api import AckPolicy, ConsumerConfig
 
-    ports = [(free_port(), free_port()) for _ in range(3)]
-    routes = ",".join(f"nats://127.0.0.1:{c}" for _, c in ports)
-    servers = []
-    for i, (client_port, cluster_port) in enumerate(ports):
-        store = work / f"nats-{i}"
-        store.mkdir(parents=True)
-        servers.append(
-            subprocess.Popen(
-                [
-                    "nats-server",
-                    "-a",
-                    "127.0.0.1",
-                    "-p",
-                    str(client_port),
-                    "-js",
-                    "-sd",
-                    str(store),
-                    "-n",
-                    f"n{i}",
-                    "--cluster_name",
-                    "bench",
-                    "--cluster",
-                    f"nats://127.0.0.1:{cluster_port}",
-                    "--routes",
-                    routes,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-    urls = ",".join(f"nats://127.0.0.1:{p}" for p, _ in ports)
-    try:
-        for port, _ in ports:  # every server listens before anyone connects
-            await wait_listening(port, 30)
-        client = await nats.connect(urls.split(","))
+    async with nats_cluster(work) as (urls, _pids):
+        client = await nats.connect(urls)
         js = client.jetstream()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await js.add_stream(
-                    StreamConfig(
-                        name="JOBS", subjects=[SUBJECT], num_replicas=3, storage=StorageType.FILE
-                    )
-                )
-                break
-            except Exception:  # the cluster elects its meta leader first
-                if time.monotonic() > deadline:
-                    raise
-                await asyncio.sleep(0.5)
+        await add_r3_stream(js, "JOBS", SUBJECT)
         await js.add_consumer(
             "JOBS",
             ConsumerConfig(
@@ -296,18 +221,10 @@ async def nats_side(work: Path, total: int) -> float:
                 *(js.publish(SUBJECT, PAYLOAD) for _ in range(min(2000, total - start)))
             )
         await client.close()
-        procs = spawn_members("nats", urls, str(total))
+        procs = spawn_members("nats", ",".join(urls), str(total))
         per_second, count = rate(procs, 600)
         assert count >= total, f"NATS acked {count} of {total}"
         return per_second
-    finally:
-        for server in servers:
-            server.terminate()
-        for server in servers:
-            try:
-                server.wait(10)
-            except subprocess.TimeoutExpired:
-                server.kill()
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

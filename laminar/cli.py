@@ -13,7 +13,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +23,16 @@ import structlog
 import typer
 import uvloop
 
+from laminar.cli_health import leaderless, render_health, under_replicated
+from laminar.cli_tls import (
+    TlsCa,
+    TlsCert,
+    TlsKey,
+    client_ssl,
+    dev_tls_note,
+    node_security,
+    set_client_tls,
+)
 from laminar.client import (
     DEFAULT_BOOTSTRAP,
     Admin,
@@ -31,7 +41,7 @@ from laminar.client import (
     Producer,
     TopicPartition,
 )
-from laminar.client.descriptions import ClusterStatus
+from laminar.client.descriptions import ClusterStatus, TopicDescription
 from laminar.client.localcluster import LocalCluster
 from laminar.client.offsets import list_offsets
 from laminar.errors import LaminarError, TopicExistsError, UnsupportedCompressionError
@@ -65,11 +75,15 @@ Bootstrap = Annotated[
 
 
 @app.callback()
-def _quiet_library_logs() -> None:
+def _quiet_library_logs(
+    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None
+) -> None:
     """Client-library logs stay out of command output (errors only, on stderr).
 
-    `laminar node start` sets up the node's own logging instead.
+    `laminar node start` sets up the node's own logging instead. The TLS options apply to
+    every client command: `laminar --tls-ca ca.pem topic list`.
     """
+    set_client_tls(tls_ca, tls_cert, tls_key)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -324,6 +338,48 @@ def node_start(
         float,
         typer.Option(help="Shortest session timeout a classic group member may ask for, s."),
     ] = 6.0,
+    metrics_listen: Annotated[
+        str,
+        typer.Option(
+            help="host:port serving Prometheus /metrics, /healthz and /readyz over HTTP "
+            "(default: off)."
+        ),
+    ] = "",
+    metrics_per_partition: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-per-partition",
+            help="Label log and Raft metrics per partition (default: per topic).",
+        ),
+    ] = False,
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="This node's certificate (PEM), signed by --tls-ca, named node-<id>."),
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Key of --tls-cert (PEM).")] = None,
+    tls_ca: Annotated[
+        Path | None, typer.Option(help="The cluster CA (PEM): peers and client certs it signed.")
+    ] = None,
+    tls_ports: Annotated[
+        str, typer.Option(help="Listeners that speak TLS once --tls-cert is given.")
+    ] = "client,peer,kafka",
+    tls_client_auth: Annotated[
+        str, typer.Option(help="none or required: clients must present a certificate of the CA.")
+    ] = "none",
+    gossip_key: Annotated[
+        list[str] | None,
+        typer.Option(help="Base64 gossip key (16/24/32 bytes); repeatable, the first sends."),
+    ] = None,
+    gossip_key_file: Annotated[
+        Path | None,
+        typer.Option(help="Gossip keyring file, one base64 key per line; re-read on change."),
+    ] = None,
+    gossip_encrypt: Annotated[
+        bool, typer.Option(help="Encrypt gossip with AES-GCM (not only authenticate it).")
+    ] = False,
+    insecure: Annotated[
+        bool, typer.Option(help="Allow plain (no TLS, no gossip key) non-loopback listeners.")
+    ] = False,
 ) -> None:
     """Run one node in the foreground until SIGTERM or Ctrl-C."""
     from laminar.groups.settings import GroupSettings
@@ -342,6 +398,17 @@ def node_start(
     except UserError as exc:
         fail(str(exc))
     try:
+        security = node_security(
+            tls_cert,
+            tls_key,
+            tls_ca,
+            tls_ports,
+            tls_client_auth,
+            list(gossip_key or []),
+            gossip_key_file,
+            gossip_encrypt,
+            insecure,
+        )
         config = NodeConfig(
             node_id=node_id,
             data_dir=data_dir,
@@ -362,6 +429,8 @@ def node_start(
             max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
+            metrics_listen=metrics_listen,
+            metrics_per_partition=metrics_per_partition,
             groups=GroupSettings(
                 partitions=group_partitions,
                 session_timeout_ms=int(group_session_timeout * 1000),
@@ -370,6 +439,7 @@ def node_start(
                 classic_initial_rebalance_delay_ms=int(group_initial_rebalance_delay * 1000),
                 classic_min_session_timeout_ms=int(group_min_session_timeout * 1000),
             ),
+            security=security,
         )
     except ValueError as exc:
         fail(str(exc))
@@ -395,7 +465,7 @@ def node_drain(
     """Move every replica off a node so it can leave the cluster."""
 
     async def go() -> int:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.drain_node(node_id)
             deadline = time.monotonic() + timeout
             while wait:
@@ -420,7 +490,7 @@ def node_undrain(
     """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
 
     async def go() -> None:
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
             await admin.undrain_node(node_id)
 
     run(go)
@@ -436,16 +506,26 @@ def dev(
     nodes: Annotated[int, typer.Option(help="How many nodes.", min=1, max=9)] = 3,
     base_port: Annotated[
         int,
-        typer.Option(help="Node N listens on base+100*(N-1), peers on that +1, Kafka on +2."),
+        typer.Option(
+            help="Node N listens on base+100*(N-1), peers on that +1, Kafka on +2, HTTP "
+            "metrics on +3."
+        ),
     ] = 9092,
     topic: Annotated[str, typer.Option(help="Demo topic created at start.")] = "demo",
     ready_timeout: Annotated[float, typer.Option(help="Seconds to wait for the cluster.")] = 60,
+    tls: Annotated[
+        bool, typer.Option(help="TLS on every port and signed gossip, with a throw-away CA.")
+    ] = False,
 ) -> None:
     """Run a local cluster in the foreground (Ctrl-C stops it); data under ./.laminar."""
     ports = [(base_port + 100 * i, base_port + 100 * i + 1) for i in range(nodes)]
-    if ports[-1][1] + 1 > 65535:
+    if ports[-1][1] + 2 > 65535:
         fail("--base-port is too high for that many nodes")
-    cluster = LocalCluster(data_dir, ports, kafka_ports=[client + 2 for client, _ in ports])
+    kafka_ports = [client + 2 for client, _ in ports]
+    metrics_ports = [client + 3 for client, _ in ports]
+    cluster = LocalCluster(
+        data_dir, ports, tls=tls, kafka_ports=kafka_ports, metrics_ports=metrics_ports
+    )
     busy = cluster.busy_addresses()
     if busy:
         fail(
@@ -505,7 +585,7 @@ async def _dev(cluster: LocalCluster, topic: str, ready_timeout: float) -> int:
 
 async def _dev_prepare(cluster: LocalCluster, topic: str, timeout: float) -> None:
     await cluster.wait_ready(timeout)
-    async with Admin(cluster.bootstrap) as admin:
+    async with Admin(cluster.bootstrap, ssl=cluster.client_ssl) as admin:
         if topic not in await admin.list_topics():
             replication = min(3, len(cluster.nodes))
             with contextlib.suppress(TopicExistsError):
@@ -518,6 +598,7 @@ def _dev_banner(cluster: LocalCluster, topic: str) -> str:
     nodes = "\n".join(
         f"  node {n.node_id}: {n.client_address}, Kafka {n.kafka_address} "
         f"(pid {n.pid}, log {n.log_path})"
+        + (f"\n          metrics http://{n.metrics_address}/metrics" if n.metrics_address else "")
         for n in cluster.nodes.values()
     )
     return f"""
@@ -551,7 +632,7 @@ Or from Python:
 Kafka clients and tools work too (bootstrap.servers={cluster.kafka_bootstrap}):
   kcat -b {cluster.kafka_bootstrap} -t {topic} -C -e
 
-Ctrl-C stops the cluster."""
+{dev_tls_note(cluster)}Ctrl-C stops the cluster."""
 
 
 def format_duration(ms: int) -> str:
@@ -735,7 +816,7 @@ async def _produce(
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
         async with Producer(
-            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression, ssl=client_ssl()
         ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
@@ -873,7 +954,7 @@ async def _consume(
     count: int | None,
     output: str,
 ) -> int:
-    async with Consumer(bootstrap, auto_offset_reset="none") as consumer:
+    async with Consumer(bootstrap, auto_offset_reset="none", ssl=client_ssl()) as consumer:
         description = await consumer.cluster.wait_for_topic(topic, 5.0)
         available = [p.partition for p in description.partitions]
         for number in partitions or []:
@@ -931,20 +1012,29 @@ def cluster_status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
-    """Members, partitions, leaders and replica lag."""
+    """Under-replicated and leaderless partitions, members, partitions, leaders, replica lag."""
 
-    async def go() -> ClusterStatus:
-        async with Admin(bootstrap) as admin:
-            return await admin.cluster_status()
+    async def go() -> tuple[ClusterStatus, list[TopicDescription]]:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+            status = await admin.cluster_status()
+            names = await admin.list_topics()
+            described = await asyncio.gather(
+                *(admin.describe_topic(name) for name in names), return_exceptions=True
+            )
+            return status, [t for t in described if isinstance(t, TopicDescription)]
 
-    status = run(go)
+    status, topics = run(go)
     if as_json:
-        typer.echo(json.dumps(asdict(status), indent=2))
+        shown = asdict(status)
+        shown["under_replicated"] = [asdict(p) for p in under_replicated(status, topics)]
+        shown["leaderless"] = [asdict(p) for p in leaderless(status, topics)]
+        typer.echo(json.dumps(shown, indent=2))
         return
-    typer.echo(render_status(status))
+    typer.echo(render_status(status, topics))
 
 
-def render_status(status: ClusterStatus) -> str:
+def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()) -> str:
+    """The status as tables, partitions needing attention first (``cli_health.py``)."""
     members = [["NODE", "ADDRESS", "STATE", "INCARNATION", "VOTER", "REPLICAS", "LEADERS"]]
     for m in status.members:
         node = f"{m.node_id}*" if m.node_id == status.metadata_leader else str(m.node_id)
@@ -960,6 +1050,7 @@ def render_status(status: ClusterStatus) -> str:
             ]
         )
     parts = [
+        *render_health(status, topics, render_table),
         f"members ({len(status.members)}; * = metadata leader)",
         render_table(members),
         "",

@@ -124,6 +124,10 @@ class FramedProtocol(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else ""
 
+    def extra_info(self, name: str) -> object:
+        """The transport's ``get_extra_info(name)`` (e.g. ``peercert``), None once closed."""
+        return None if self._transport is None else self._transport.get_extra_info(name)
+
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._large is not None:
             return memoryview(self._large)[self._large_filled : self._large_size]
@@ -242,19 +246,26 @@ class FramedProtocol(asyncio.BufferedProtocol):
             encode_frame(kind, message, payload, crc_covers_payload=self._crc_covers_payload)
         )
 
-    def send_parts(self, kind: int, message: bytes, payload_parts: list[Buffer]) -> None:
-        """Like send, with the payload given as several buffers (no join copy)."""
-        self._queue(encode_frame_parts(kind, message, payload_parts, self._crc_covers_payload))
+    def send_parts(
+        self, kind: int, message: bytes, payload_parts: list[Buffer], *, now: bool = False
+    ) -> None:
+        """Like send, with the payload given as several buffers (no join copy).
 
-    def _queue(self, parts: Iterable[Buffer]) -> None:
+        ``now``: write it (and whatever is queued before it) at once, for a caller that has
+        already gathered everything it sends this turn into this one frame (a client's one
+        request per node)."""
+        parts = encode_frame_parts(kind, message, payload_parts, self._crc_covers_payload)
+        self._queue(parts, now=now)
+
+    def _queue(self, parts: Iterable[Buffer], *, now: bool = False) -> None:
         """Frames sent in one event-loop iteration leave in one write (one syscall for many
         small replies or pipelined requests, instead of one each)."""
         if self.closed or self._transport is None:
             raise ConnectionError("connection is closed")
-        if not self._outgoing:
+        if not self._outgoing and not now:
             asyncio.get_running_loop().call_soon(self._write_out)
         self._outgoing.extend(parts)
-        if len(self._outgoing) >= MAX_QUEUED_PARTS:  # a sender that never yields
+        if now or len(self._outgoing) >= MAX_QUEUED_PARTS:  # (or a sender that never yields)
             self._write_out()
         elif self._max_in_flight:  # a server: replies queued count as unread ones
             self._outgoing_bytes += sum(memoryview(part).nbytes for part in parts)

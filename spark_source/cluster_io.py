@@ -87,7 +87,9 @@ def _ordered_replicas(
 
 async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snapshot, Offsets]:
     async with Admin(
-        list(options.bootstrap), request_timeout_ms=options.request_timeout_ms
+        list(options.bootstrap),
+        request_timeout_ms=options.request_timeout_ms,
+        ssl=options.ssl_context(),
     ) as admin:
         metadata = await admin.cluster.refresh_metadata()
         wanted: list[TopicPartitionKey] = []
@@ -129,7 +131,9 @@ def commit_group_offsets(options: SourceOptions, offsets: Offsets) -> None:
 
     async def commit() -> None:
         async with Admin(
-            list(options.bootstrap), request_timeout_ms=options.request_timeout_ms
+            list(options.bootstrap),
+            request_timeout_ms=options.request_timeout_ms,
+            ssl=options.ssl_context(),
         ) as admin:
             await admin.commit_offsets(
                 options.group_id or "", {TopicPartition(*tp): o for tp, o in offsets.items()}
@@ -157,6 +161,7 @@ class _RangeFetcher:
         self.cluster = Cluster(
             list(dict.fromkeys([*addresses, *options.bootstrap])),
             request_timeout=options.request_timeout_ms / 1000,
+            ssl=options.ssl_context(),
         )
 
     async def start(self) -> None:

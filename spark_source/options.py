@@ -7,10 +7,12 @@ message naming it, and so readers (which Spark pickles to executors) carry plain
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from laminar.client.types import DEFAULT_BOOTSTRAP, parse_bootstrap
+from laminar.tls import client_context
 
 EARLIEST = -2
 LATEST = -1
@@ -52,6 +54,17 @@ class SourceOptions:
     """``groupId``: after each micro-batch, its end offsets become this consumer group's
     committed offsets, so `laminar group describe` shows the query's lag (Spark's checkpoint
     stays the source of truth)."""
+    tls_ca: str | None = None
+    """``tlsCa``: connect with TLS, trusting nodes signed by this CA file (PEM)."""
+    tls_cert: str | None = None
+    """``tlsCert``/``tlsKey``: client certificate and key, for nodes requiring one."""
+    tls_key: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """Built where it is used (driver, each executor): contexts do not pickle."""
+        if self.tls_ca is None:
+            return None
+        return client_context(self.tls_ca, self.tls_cert, self.tls_key)
 
     @property
     def topic_names(self) -> tuple[str, ...]:
@@ -171,6 +184,10 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError("endingOffsets=earliest makes an empty query; use latest or JSON")
     max_offsets = _int(opts, "maxOffsetsPerTrigger", None, minimum=1)
     min_offsets = _int(opts, "minOffsetsPerTrigger", None, minimum=1)
+    if bool(opts.get("tlscert")) != bool(opts.get("tlskey")):
+        raise OptionError("options tlsCert and tlsKey go together")
+    if opts.get("tlscert") and not opts.get("tlsca"):
+        raise OptionError("option tlsCert needs tlsCa")
     if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
         raise OptionError("minOffsetsPerTrigger must not be larger than maxOffsetsPerTrigger")
     return SourceOptions(
@@ -194,6 +211,9 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         request_timeout_ms=_int(opts, "requestTimeoutMs", 30_000, minimum=100) or 30_000,
         read_retry_timeout_ms=_int(opts, "readRetryTimeoutMs", 60_000, minimum=0) or 0,
         group_id=opts.get("groupid") or None,
+        tls_ca=opts.get("tlsca") or None,
+        tls_cert=opts.get("tlscert") or None,
+        tls_key=opts.get("tlskey") or None,
     )
 
 

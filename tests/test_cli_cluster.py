@@ -88,10 +88,12 @@ def test_topic_produce_consume_status(cluster: ClusterHandle) -> None:
 
     status = cli("cluster", "status", bootstrap=b)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.startswith("members (3; * = metadata leader)")
+    assert status.stdout.startswith("under-replicated partitions: 0, leaderless partitions: 0")
+    assert "\nmembers (3; * = metadata leader)" in status.stdout
     assert sum(1 for line in status.stdout.splitlines() if line.startswith("cli-t ")) == 3
     data = json.loads(cli("cluster", "status", "--json", bootstrap=b).stdout)
     assert sorted(m["node_id"] for m in data["members"]) == [1, 2, 3]
+    assert data["under_replicated"] == [] and data["leaderless"] == []
     parts = [p for p in data["partitions"] if p["topic"] == "cli-t"]
     assert sum(p["high_watermark"] for p in parts) >= 303
 
@@ -187,7 +189,7 @@ def test_node_start_single_node(tmp_path: Path) -> None:
 def _free_base_port(nodes: int) -> int:
     for _ in range(200):
         base = random.randrange(20_000, 60_000, 100)
-        wanted = [base + 100 * i + j for i in range(nodes) for j in (0, 1)]
+        wanted = [base + 100 * i + j for i in range(nodes) for j in (0, 1, 2)]  # +2: metrics
         try:
             for port in wanted:
                 for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
@@ -226,6 +228,7 @@ def test_dev_starts_prints_and_stops(tmp_path: Path) -> None:
         bootstrap = ",".join(f"127.0.0.1:{base + 100 * i}" for i in range(3))
         assert f"laminar cluster status --bootstrap {bootstrap}" in text
         assert "from laminar.client import Producer, Consumer" in text
+        assert f"metrics http://127.0.0.1:{base + 2}/metrics" in text
         pids = [int(line.split("pid ")[1].split(",")[0]) for line in banner if "(pid " in line]
         assert len(pids) == 3
         assert (tmp_path / ".laminar" / "node-1.log").exists()

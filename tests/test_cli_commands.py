@@ -175,7 +175,8 @@ async def test_cluster_status(fake: FakeCluster) -> None:
     code, out, err = await cli(fake, "cluster", "status")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "members (3; * = metadata leader)"
+    assert lines[0] == "under-replicated partitions: 0, leaderless partitions: 0"
+    lines = lines[lines.index("members (3; * = metadata leader)") :]
     assert lines[2].split()[:3] == ["1*", fake.nodes[1].address, "alive"]
     assert "partitions (2)" in out
     row = next(line.split() for line in lines if line.startswith("t "))

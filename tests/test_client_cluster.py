@@ -126,6 +126,49 @@ async def test_acks_modes(cluster: ClusterHandle, acks: str) -> None:
     assert [r.value for r in records] == [f"{acks}-{i}".encode() for i in range(5)]
 
 
+async def test_a_waiting_fetch_wakes_when_the_high_watermark_moves(
+    cluster: ClusterHandle,
+) -> None:
+    # A fetch parked at the end of the log, on the leader and on each follower, answers as soon
+    # as a write commits there: followers learn the commit from the leader's next message,
+    # which it sends the moment the commit moves. Parked for up to 30 s; a fetch that was not
+    # woken would answer empty only then.
+    await make_topic(cluster.bootstrap, "wake", partitions=1)
+    tp = TopicPartition("wake", 0)
+    async with Admin(cluster.bootstrap) as admin:
+        partition = (await admin.describe_topic("wake")).partitions[0]
+    async with (
+        Producer(cluster.bootstrap, linger_ms=0) as producer,
+        Consumer(cluster.bootstrap) as consumer,
+    ):
+        for round_ in range(2):
+            end = (await producer.send_and_wait("wake", b"before-%d" % round_)).offset + 1
+            for node in partition.replicas:  # every replica has applied the commit of it
+                deadline = time.monotonic() + 20
+                while (await consumer.fetch_batches(tp, 0, 1, node_id=node)).high_watermark < end:
+                    assert time.monotonic() < deadline, f"node {node} never reached {end}"
+            parked = {
+                node: asyncio.create_task(
+                    consumer.fetch_batches(tp, end, 1 << 20, max_wait_ms=30_000, node_id=node)
+                )
+                for node in partition.replicas
+            }
+            started = time.monotonic()
+            meta = await producer.send_and_wait("wake", b"wake-%d" % round_)
+            assert meta.offset == end
+            for node, task in parked.items():
+                fetched = await asyncio.wait_for(task, 35)
+                data = memoryview(fetched.data)
+                values = [
+                    r.value
+                    for position, header in iter_batches(data)
+                    if not is_control(header)
+                    for r in decode_records(data[position : position + header.batch_length])
+                ]
+                assert b"wake-%d" % round_ in values, (node, partition.leader)
+            assert time.monotonic() - started < 15
+
+
 async def test_seek_modes(cluster: ClusterHandle) -> None:
     await make_topic(cluster.bootstrap, "seeks", partitions=1)
     tp = TopicPartition("seeks", 0)

@@ -78,6 +78,16 @@ async def test_linger_groups_records_and_flush_sends_now(fake: FakeCluster) -> N
     assert [f.result().offset for f in futures] == list(range(50))
 
 
+async def test_linger_zero_sends_a_lone_record_without_flush(fake: FakeCluster) -> None:
+    # linger_ms=0 means "send now": a lone record is acknowledged with no flush() and no
+    # later record to push it out (a lingering producer would hold it, as above).
+    async with Producer(fake.bootstrap, linger_ms=0) as producer:
+        future = await producer.send("t", b"now", partition=2)
+        meta = await asyncio.wait_for(future, 5)
+    assert meta.offset == 0
+    assert fake.produce_requests == [(fake.topics["t"][2].leader, [("t", 2)])]
+
+
 async def test_batch_bytes_splits_batches(fake: FakeCluster) -> None:
     async with Producer(fake.bootstrap, linger_ms=50, batch_bytes=4096) as producer:
         futures = [await producer.send("t", bytes(1000), partition=0) for _ in range(20)]

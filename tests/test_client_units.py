@@ -52,6 +52,48 @@ def test_sticky_partitioner_visits_every_partition() -> None:
     assert seen == {0, 1, 2, 3}
 
 
+def test_sticky_partitioner_moves_to_a_partition_with_nothing_in_flight() -> None:
+    # A partition has one batch in flight at most: a record sent to a busy one waits a whole
+    # acknowledgement round trip, so the sticky partition moves to an idle one when it can.
+    partitioner = DefaultPartitioner(random.Random(3))
+    for _ in range(50):
+        current = partitioner("t", None, 6)
+        busy = {current, (current + 1) % 6, (current + 3) % 6}
+        partitioner.batch_closed("t", current, 6, busy.__contains__)
+        assert partitioner("t", None, 6) not in busy
+    # Every other partition busy: it still moves on (as before), to any other one.
+    current = partitioner("t", None, 6)
+    partitioner.batch_closed("t", current, 6, lambda _partition: True)
+    assert partitioner("t", None, 6) != current
+
+
+def test_a_sticky_partition_waiting_for_an_ack_gives_way_to_an_idle_one() -> None:
+    partitioner = DefaultPartitioner(random.Random(5))
+    current = partitioner("t", None, 4)
+    busy = {current, (current + 2) % 4}
+    moved = partitioner.avoid_busy("t", current, 4, busy.__contains__)
+    assert moved not in busy
+    assert partitioner("t", None, 4) == moved  # sticky there from now on
+    # Nowhere better to go: it stays.
+    assert partitioner.avoid_busy("t", moved, 4, lambda _partition: True) == moved
+    assert partitioner("t", None, 4) == moved
+
+
+async def test_accumulator_tells_which_partitions_are_busy() -> None:
+    accumulator = RecordAccumulator(batch_bytes=1 << 20, linger=0.0)
+    other = TopicPartition("t", 1)
+    assert not accumulator.busy(TP) and not accumulator.busy(other)
+    accumulator.append(TP, None, b"x", (), 0)
+    assert accumulator.busy(TP)  # a batch queued
+    batches, _ = accumulator.ready(asyncio.get_running_loop().time())
+    assert not accumulator.sending(TP)
+    accumulator.start_sending(batches)
+    assert accumulator.busy(TP) and not accumulator.busy(other)  # in flight
+    assert accumulator.sending(TP)
+    accumulator.finished(batches[0])
+    assert not accumulator.busy(TP) and not accumulator.sending(TP)
+
+
 def test_parse_bootstrap() -> None:
     assert parse_bootstrap("a:1, b:2,") == ["a:1", "b:2"]
     assert parse_bootstrap(["h:9092"]) == ["h:9092"]

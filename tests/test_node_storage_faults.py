@@ -123,7 +123,10 @@ async def test_a_full_disk_takes_one_replica_offline_and_the_node_keeps_serving(
 ) -> None:
     root = tmp_path / "cluster"
     with tiny_filesystem(root / "node-1", "24m") as disk:
-        cluster = LocalCluster(root, free_port_pairs(3))
+        # No free-space reserve: this is the write that really runs out of space (the
+        # reserve's refusal is tests/test_node_disk_full.py).
+        extra = ["--min-free-bytes", "0"]
+        cluster = LocalCluster(root, free_port_pairs(3), extra_args=extra)
         cluster.start()
         try:
             await cluster.wait_ready(60)

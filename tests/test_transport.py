@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
+import socket
 
 import pytest
 
@@ -89,3 +91,33 @@ def test_a_damaged_message_closes_a_client_connection_too() -> None:
     protocol = FramedProtocol(lambda k, m, p: got.append(k), crc_covers_payload=False)
     feed(protocol, bytes(frame), random.Random(2))
     assert got == [] and protocol.closed
+
+
+async def test_a_frame_sent_now_is_written_before_the_loop_turns() -> None:
+    # The producer's and the consumer's one request per node and turn is written at once;
+    # other frames wait for the end of the loop turn so that many small ones leave in one write.
+    loop = asyncio.get_running_loop()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        _, protocol = await loop.create_connection(
+            lambda: FramedProtocol(lambda k, m, p: None), *server.getsockname()
+        )
+        peer, _ = server.accept()
+        with peer:
+            peer.settimeout(5)
+            later = b"".join(encode_frame(1, b"\0" * 8, b"later"))
+            now = b"".join(encode_frame(2, b"\0" * 8, b"now"))
+            protocol.send_parts(1, b"\0" * 8, [b"later"])
+            protocol.send_parts(2, b"\0" * 8, [b"now"], now=True)
+            # No await since: the loop has not run, yet both frames are on the socket, in order.
+            received = b""
+            while len(received) < len(later) + len(now):
+                received += peer.recv(1 << 16)
+            assert received == later + now
+            protocol.send_parts(1, b"\0" * 8, [b"later"])
+            peer.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                peer.recv(1 << 16)  # not written until the loop turns
+            await asyncio.sleep(0)
+            peer.settimeout(5)
+            assert peer.recv(1 << 16) == later
+        protocol.close()

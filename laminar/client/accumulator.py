@@ -265,6 +265,14 @@ class RecordAccumulator:
         self._queues.clear()
         self._open.clear()
 
+    def sending(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` has a batch in flight (its next one waits for the acknowledgement)."""
+        return tp in self._in_flight
+
+    def busy(self, tp: TopicPartition) -> bool:
+        """Whether a record for ``tp`` would wait behind a batch in flight or queued."""
+        return tp in self._in_flight or bool(self._queues.get(tp))
+
     @property
     def in_flight(self) -> int:
         return len(self._in_flight)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from laminar.client import share_wire
@@ -60,15 +61,17 @@ class Admin:
         bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
         *,
         request_timeout_ms: int = 30_000,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.request_timeout = request_timeout_ms / 1000
         self._cluster: Cluster | None = None
 
     async def start(self) -> None:
         if self._cluster is None:
             self._cluster = await Cluster.connect(
-                self.bootstrap, request_timeout=self.request_timeout
+                self.bootstrap, request_timeout=self.request_timeout, ssl=self.ssl
             )
 
     async def close(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Sequence
+from ssl import SSLContext
+from typing import Any
 
 from laminar.client.connection import Connection
 from laminar.client.descriptions import ClusterMetadata, TopicDescription, metadata_from_reader
@@ -29,10 +31,13 @@ class Cluster:
         *,
         request_timeout: float = 30.0,
         connect_timeout: float = 5.0,
+        ssl: SSLContext | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
+        self.ssl = ssl
+        """TLS for every connection (None: plain TCP)."""
         self.metadata = ClusterMetadata(brokers={}, topics={}, metadata_leader=0)
         self._connections: dict[str, Connection] = {}
         self._connecting: dict[str, asyncio.Future[Connection]] = {}
@@ -43,7 +48,7 @@ class Cluster:
 
     @classmethod
     async def connect(
-        cls, bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP, **options: float
+        cls, bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP, **options: Any
     ) -> Cluster:
         """Create a Cluster and load metadata from the first bootstrap node that answers."""
         cluster = cls(bootstrap, **options)
@@ -64,7 +69,9 @@ class Cluster:
             return connection
         pending = self._connecting.get(address)
         if pending is None:
-            pending = asyncio.ensure_future(Connection.open(address, timeout=self.connect_timeout))
+            pending = asyncio.ensure_future(
+                Connection.open(address, timeout=self.connect_timeout, ssl=self.ssl)
+            )
             self._connecting[address] = pending
             try:
                 connection = await asyncio.shield(pending)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from laminar.client.log import get_logger
@@ -32,6 +33,7 @@ from laminar.protocol import (
     decode,
 )
 from laminar.protocol import read_error as read_wire_error
+from laminar.tls import describe_tls_error
 from laminar.transport import FramedProtocol, split_address
 
 log = get_logger(__name__)
@@ -64,11 +66,18 @@ class Connection:
         self._protocol: FramedProtocol | None = None
         self._pending: dict[int, asyncio.Future[Reply]] = {}
         self._ids = itertools.count(1)
+        self._tls = False
+        self._answered = False
+        self._lost = ""  # why the node closed the connection, for requests made after that
 
     @classmethod
-    async def open(cls, address: str, *, timeout: float = 5.0) -> Connection:
-        """Connect to ``address`` (host:port); ConnectionError with the address on failure."""
+    async def open(
+        cls, address: str, *, timeout: float = 5.0, ssl: SSLContext | None = None
+    ) -> Connection:
+        """Connect to ``address`` (host:port), over TLS with ``ssl`` (the host name is checked
+        against the node's certificate); ConnectionError with the address on failure."""
         connection = cls(address)
+        connection._tls = ssl is not None
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         try:
@@ -81,6 +90,7 @@ class Connection:
                     ),
                     host,
                     port,
+                    ssl=ssl,
                 ),
                 timeout,
             )
@@ -100,15 +110,18 @@ class Connection:
         *,
         timeout: float | None = 30.0,
         expect_reply: bool = True,
+        now: bool = False,
     ) -> Reply:
         """Send one request; return its reply or raise the typed error the node sent.
 
         With ``expect_reply=False`` (produce with acks=none) the request is written and an empty
-        reply returned at once; a response that arrives anyway is dropped.
+        reply returned at once; a response that arrives anyway is dropped. ``now``: written at
+        once rather than with the other requests of this loop turn (the producer's one request
+        per node and turn).
         """
         protocol = self._protocol
         if protocol is None or protocol.closed:
-            raise ConnectionError(f"connection to {self.address} is closed")
+            raise ConnectionError(self._lost or f"connection to {self.address} is closed")
         correlation_id = next(self._ids)
         message = client_schema.Request.new_message()
         message.correlationId = correlation_id
@@ -116,15 +129,16 @@ class Connection:
         fill(message.body)
         encoded = message.to_bytes()
         if not expect_reply:
-            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts), now=now)
             await protocol.drain()
             return None, memoryview(b"")
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[correlation_id] = future
         try:
-            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts))
+            protocol.send_parts(KIND_REQUEST, encoded, list(payload_parts), now=now)
             await protocol.drain()
-            reply = await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):  # one loop turn after the reply (wait_for: two)
+                reply = await future
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no reply from {self.address} within {timeout:.1f} s"
@@ -157,13 +171,27 @@ class Connection:
             self._fail_pending(exc)
             self.close()
             return
+        self._answered = True
         future = self._pending.get(response.correlationId)
         if future is not None and not future.done():
             future.set_result((response, payload))
 
     def _on_close(self, exc: Exception | None) -> None:
         reason = f": {_reason(exc)}" if exc else ""
-        self._fail_pending(ConnectionError(f"connection to {self.address} lost{reason}"))
+        refused = exc is None or isinstance(exc, (ConnectionResetError, BrokenPipeError))
+        if refused and not self._answered:
+            if self._tls:  # TLS 1.3: a refused client certificate shows as a close or reset
+                reason = (
+                    f" before any reply{reason}: if the node requires a client certificate,"
+                    " present one signed by its CA (ssl context with load_cert_chain;"
+                    " --tls-cert/--tls-key)"
+                )
+            elif self._pending:
+                reason = (
+                    f" before any reply{reason} (does the node require TLS? pass ssl= or --tls-ca)"
+                )
+        self._lost = f"connection to {self.address} lost{reason}"
+        self._fail_pending(ConnectionError(self._lost))
 
     def _fail_pending(self, error: BaseException) -> None:
         pending, self._pending = self._pending, {}
@@ -177,6 +205,9 @@ def _reason(exc: BaseException | None) -> str:
         return "closed"
     if isinstance(exc, TimeoutError):
         return "timed out"
+    tls = describe_tls_error(exc)
+    if tls is not None:
+        return f"{tls} [{exc}]"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__

@@ -18,6 +18,7 @@ import contextlib
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from laminar.client.cluster import Cluster
@@ -69,12 +70,14 @@ class Consumer:
         on_partitions_revoked: Callback | None = None,
         on_partitions_assigned: Callback | None = None,
         on_partitions_lost: Callback | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(
                 f"auto_offset_reset must be one of {', '.join(RESETS)}, not {auto_offset_reset!r}"
             )
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.max_wait_ms = max_wait_ms
         self.fetch_max_bytes = fetch_max_bytes
         self.partition_max_bytes = partition_max_bytes
@@ -121,7 +124,9 @@ class Consumer:
     async def start(self) -> None:
         if self._cluster is None:
             self._cluster = await Cluster.connect(
-                self.bootstrap, request_timeout=self.request_timeout + self.max_wait_ms / 1000
+                self.bootstrap,
+                request_timeout=self.request_timeout + self.max_wait_ms / 1000,
+                ssl=self.ssl,
             )
 
     async def close(self) -> None:
@@ -402,8 +407,11 @@ class Consumer:
             if remaining <= 0:
                 return []
             self._arrived.clear()
+            # asyncio.timeout, not wait_for (a task of its own): the caller resumes one loop
+            # turn after a fetch answered, not three.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self
@@ -600,7 +608,8 @@ class Consumer:
                 part.maxBytes = partition_max_bytes
 
         connection = await self.cluster.connection(node_id)
-        return await connection.request(fill, timeout=self.request_timeout + max_wait_ms / 1000)
+        timeout = self.request_timeout + max_wait_ms / 1000
+        return await connection.request(fill, timeout=timeout, now=True)  # one per node
 
     # low level ---------------------------------------------------------------------------
     async def fetch_batches(

@@ -9,12 +9,14 @@ supervisor dies, so no node outlives a crashed test run.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ctypes
 import os
 import random
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -102,6 +104,8 @@ class LocalNode:
     """Where the other nodes reach this node's peer port (a fault proxy); "" = peer_address."""
     kafka_address: str = ""
     """This node's Kafka listener (``--kafka-listen``); "" = none."""
+    metrics_address: str = ""
+    """HTTP address of /metrics, /healthz and /readyz (``--metrics-listen``); "" = off."""
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     _log_file: IO[bytes] | None = field(default=None, repr=False)
 
@@ -133,7 +137,10 @@ class LocalCluster:
         extra_args: Sequence[str] = (),
         advertised_peers: Sequence[str] | None = None,
         node_env: Callable[[int], Mapping[str, str]] | None = None,
+        tls: bool = False,
+        tls_client_auth: bool = False,
         kafka_ports: Sequence[int] | None = None,
+        metrics_ports: Sequence[int] | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
@@ -141,11 +148,17 @@ class LocalCluster:
         e.g. fault-injecting proxies in front of the real ports; ``node_env`` adds environment
         variables to one node's process (test seams such as the power-loss journal);
         ``kafka_ports`` (one per node) opens a Kafka listener on each node.
+        ``tls`` makes a throw-away CA and node certificates under ``root/tls`` (once) and runs
+        the nodes with TLS on both ports and authenticated gossip; ``client_ssl`` is then the
+        context clients need (with a client certificate if ``tls_client_auth``).
+        ``metrics_ports`` (one per node) turn on each node's HTTP metrics and health port.
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
         if kafka_ports is not None and len(kafka_ports) != len(ports):
             raise ValueError("kafka_ports needs one port per node")
+        if metrics_ports is not None and len(metrics_ports) != len(ports):
+            raise ValueError("metrics_ports needs one port per node")
         self.root = Path(root)
         self.node_env = node_env
         self.python = python
@@ -162,7 +175,13 @@ class LocalCluster:
                 log_path=self.root / f"node-{node_id}.log",
                 advertise_peer=advertised_peers[node_id - 1] if advertised_peers else "",
                 kafka_address=f"{host}:{kafka_ports[node_id - 1]}" if kafka_ports else "",
+                metrics_address=f"{host}:{metrics_ports[node_id - 1]}" if metrics_ports else "",
             )
+        self.tls_dir = self.root / "tls" if tls else None
+        self.tls_client_auth = tls_client_auth
+        self.client_ssl: ssl.SSLContext | None = None
+        if self.tls_dir is not None:
+            self.client_ssl = self._make_certificates(self.tls_dir)
 
     @property
     def bootstrap(self) -> str:
@@ -203,7 +222,49 @@ class LocalCluster:
             self.log_format,
             "--log-level",
             self.log_level,
+            *(["--metrics-listen", node.metrics_address] if node.metrics_address else []),
+            *self._tls_args(node_id),
             *self.extra_args,
+        ]
+
+    def _make_certificates(self, directory: Path) -> ssl.SSLContext:
+        """CA, one certificate per node, a client certificate and a gossip key (kept across
+        restarts of the cluster); returns the clients' context."""
+        from laminar.devcerts import Authority, write_cert, write_node_cert
+        from laminar.tls import client_context
+
+        ca = directory / "ca.pem"
+        client = directory / "client.pem"
+        if not ca.exists():
+            authority = Authority.create("laminar dev CA")
+            authority.write(directory)
+            write_cert(authority, directory, "client")
+            (directory / "gossip.keys").write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+        else:
+            authority = Authority.load(directory)
+        for node in self.nodes.values():  # also nodes added since the CA was made
+            if not (directory / f"node-{node.node_id}.pem").exists():
+                hosts = {split_address(node.client_address)[0], split_address(node.peer_address)[0]}
+                write_node_cert(authority, directory, node.node_id, sorted(hosts))
+        if self.tls_client_auth:
+            return client_context(ca, client, directory / "client.key")
+        return client_context(ca)
+
+    def _tls_args(self, node_id: int) -> list[str]:
+        directory = self.tls_dir
+        if directory is None:
+            return []
+        return [
+            "--tls-cert",
+            str(directory / f"node-{node_id}.pem"),
+            "--tls-key",
+            str(directory / f"node-{node_id}.key"),
+            "--tls-ca",
+            str(directory / "ca.pem"),
+            "--tls-client-auth",
+            "required" if self.tls_client_auth else "none",
+            "--gossip-key-file",
+            str(directory / "gossip.keys"),
         ]
 
     def busy_addresses(self) -> list[str]:
@@ -214,6 +275,8 @@ class LocalCluster:
             checks.append((node.peer_address, (socket.SOCK_STREAM, socket.SOCK_DGRAM)))
             if node.kafka_address:
                 checks.append((node.kafka_address, (socket.SOCK_STREAM,)))
+            if node.metrics_address:
+                checks.append((node.metrics_address, (socket.SOCK_STREAM,)))
             for address, kinds in checks:
                 host, port = split_address(address)
                 for kind in kinds:
@@ -318,14 +381,16 @@ class LocalCluster:
                     f"node {node.node_id} exited with code {node.returncode}; see {node.log_path}"
                 )
             try:
-                async with Admin(self.bootstrap, request_timeout_ms=2_000) as admin:
+                async with Admin(
+                    self.bootstrap, request_timeout_ms=2_000, ssl=self.client_ssl
+                ) as admin:
                     status = await admin.cluster_status()
                 alive = sum(1 for m in status.members if m.state == "alive")
                 # Gossip may still call a just-restarted node alive: ask each running node too.
                 silent = [
                     n.node_id
                     for n in self.nodes.values()
-                    if n.running and not (await self._answers(n.client_address))
+                    if n.running and not (await self._answers(n.client_address, self.client_ssl))
                 ]
                 if status.metadata_leader and alive >= expected and not silent:
                     return status
@@ -339,10 +404,10 @@ class LocalCluster:
         raise TimeoutError(f"cluster not ready after {timeout:.0f} s: {last_problem}")
 
     @staticmethod
-    async def _answers(address: str) -> bool:
+    async def _answers(address: str, context: ssl.SSLContext | None = None) -> bool:
         """Whether the node at ``address`` answers cluster status itself."""
         try:
-            async with Admin(address, request_timeout_ms=2_000) as admin:
+            async with Admin(address, request_timeout_ms=2_000, ssl=context) as admin:
                 await admin.cluster_status()
         except (ConnectionError, LaminarError):
             return False

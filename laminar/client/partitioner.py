@@ -4,6 +4,10 @@ Keyed records go to ``crc32c(key) % partitions``: stable across processes, machi
 versions (unlike ``hash()``), so one key always lands in one partition and stays ordered.
 Unkeyed records stick to one partition until its batch is closed, then move on (Kafka's sticky
 partitioner): batches fill up instead of spreading a trickle of records over every partition.
+They move to a partition with nothing in flight or queued when there is one (as Kafka's
+adaptive partitioning favours short queues), when their batch closes and when the sticky one
+has a batch in flight: a partition has at most one batch in flight, so a record sent to a busy
+one waits a whole acknowledgement round trip before it can leave.
 """
 
 from __future__ import annotations
@@ -37,9 +41,33 @@ class DefaultPartitioner:
             self._sticky[topic] = sticky
         return sticky
 
-    def batch_closed(self, topic: str, partition: int, num_partitions: int) -> None:
-        """Move the topic's sticky partition elsewhere once its current batch is closed."""
+    def avoid_busy(
+        self, topic: str, partition: int, num_partitions: int, busy: Callable[[int], bool]
+    ) -> int:
+        """The sticky ``partition`` has a batch in flight: move to a random partition that is
+        not ``busy`` if there is one (and stick to it); returns the partition to use."""
+        idle = [p for p in range(num_partitions) if p != partition and not busy(p)]
+        if not idle:
+            return partition
+        choice = idle[self._rng.randrange(len(idle))]
+        self._sticky[topic] = choice
+        return choice
+
+    def batch_closed(
+        self,
+        topic: str,
+        partition: int,
+        num_partitions: int,
+        busy: Callable[[int], bool] | None = None,
+    ) -> None:
+        """Move the topic's sticky partition elsewhere once its current batch is closed: to a
+        random partition that is not ``busy`` (a batch in flight or queued), else to any."""
         if self._sticky.get(topic) != partition or num_partitions <= 1:
             return
+        if busy is not None:
+            idle = [p for p in range(num_partitions) if p != partition and not busy(p)]
+            if idle:
+                self._sticky[topic] = idle[self._rng.randrange(len(idle))]
+                return
         choice = self._rng.randrange(num_partitions - 1)
         self._sticky[topic] = choice if choice < partition else choice + 1

@@ -14,6 +14,7 @@ import asyncio
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from ssl import SSLContext
 from time import time_ns
 from typing import Any
 
@@ -99,6 +100,7 @@ class Producer:
         idempotent: bool = True,
         compression: str | None = None,
         compression_level: int | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
         formats): each batch's records are compressed once, when it is built, and stored and
@@ -116,6 +118,7 @@ class Producer:
         if compression_level is not None and not self.compression:
             raise UnsupportedCompressionError("compression_level needs a compression codec")
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
@@ -144,7 +147,7 @@ class Producer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + 5
+            self.bootstrap, request_timeout=self.request_timeout + 5, ssl=self.ssl
         )
         self._accumulator = RecordAccumulator(
             batch_bytes=self._batch_bytes,
@@ -222,6 +225,17 @@ class Producer:
         tps = cached[1]
         if partition is None:
             partition = self._partitioner(topic, key, len(tps))
+            if (
+                key is None
+                and self._default_partitioner is not None
+                and accumulator.sending(tps[partition])
+                and accumulator.in_flight < len(tps)
+            ):
+                # Its sticky partition waits for an acknowledgement while another may be
+                # idle: go there rather than wait a round trip (sticky again from then on).
+                partition = self._default_partitioner.avoid_busy(
+                    topic, partition, len(tps), lambda p: accumulator.busy(tps[p])
+                )
         elif not 0 <= partition < len(tps):
             raise UnknownPartitionError(
                 f"topic {topic!r} has no partition {partition} (it has {len(tps)})"
@@ -316,32 +330,11 @@ class Producer:
 
     async def _send_loop(self) -> None:
         accumulator = self._accumulator
-        cluster = self._cluster
-        assert accumulator is not None and cluster is not None
+        assert accumulator is not None
         loop = asyncio.get_running_loop()
         while True:
             self._wakeup.clear()
-            now = loop.time()
-            batches, wake_at = accumulator.ready(now)
-            by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
-            for batch in batches:
-                self._batch_closed(batch)
-                try:
-                    leader = cluster.leader_for(batch.tp)
-                except LaminarError as exc:
-                    accumulator.start_sending([batch])
-                    self._retry_or_fail(batch, exc)
-                    continue
-                if leader:
-                    by_node[leader].append(batch)
-                else:
-                    accumulator.start_sending([batch])
-                    self._retry_or_fail(batch, NotLeaderError(f"{batch.tp} has no leader yet"))
-            for node_id, group in by_node.items():
-                accumulator.start_sending(group)
-                task = asyncio.create_task(self._produce(node_id, group))
-                self._requests.add(task)
-                task.add_done_callback(self._requests.discard)
+            batches, wake_at = self._dispatch()
             if accumulator.closing and accumulator.empty():
                 return
             if batches:
@@ -356,12 +349,48 @@ class Producer:
             finally:
                 timer.cancel()
 
+    def _dispatch(self) -> tuple[list[ProducerBatch], float | None]:
+        """Send every batch that is ready now, one request per leader node; returns them and
+        when to look again. Run by the sender task, and straight from a produce reply, so a
+        partition's next batch leaves in the loop turn its predecessor was acknowledged."""
+        accumulator = self._accumulator
+        cluster = self._cluster
+        assert accumulator is not None and cluster is not None
+        batches, wake_at = accumulator.ready(asyncio.get_running_loop().time())
+        by_node: dict[int, list[ProducerBatch]] = defaultdict(list)
+        for batch in batches:
+            self._batch_closed(batch)
+            try:
+                leader = cluster.leader_for(batch.tp)
+            except LaminarError as exc:
+                accumulator.start_sending([batch])
+                self._retry_or_fail(batch, exc)
+                continue
+            if leader:
+                by_node[leader].append(batch)
+            else:
+                accumulator.start_sending([batch])
+                self._retry_or_fail(batch, NotLeaderError(f"{batch.tp} has no leader yet"))
+        for node_id, group in by_node.items():
+            accumulator.start_sending(group)
+            task = asyncio.create_task(self._produce(node_id, group))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
+        return batches, wake_at
+
     def _batch_closed(self, batch: ProducerBatch) -> None:
         if self._default_partitioner is not None and not batch.attempts:
             description = self._topics.get(batch.tp.topic)  # None once the topic is deleted
             if description is not None:
                 count = len(description.partitions)
-                self._default_partitioner.batch_closed(batch.tp.topic, batch.tp.partition, count)
+                topic = batch.tp.topic
+                accumulator = self._accumulator
+                assert accumulator is not None
+
+                def busy(partition: int) -> bool:
+                    return accumulator.busy(TopicPartition(topic, partition))
+
+                self._default_partitioner.batch_closed(topic, batch.tp.partition, count, busy)
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
         cluster = self._cluster
@@ -387,11 +416,13 @@ class Producer:
         try:
             connection = await cluster.connection(node_id)
             if acks == ACKS_NONE:
-                await connection.request(fill, payload, expect_reply=False)
+                await connection.request(fill, payload, expect_reply=False, now=True)
                 for batch in batches:
                     self._done(batch, None, -1)
                 return
-            reply, _ = await connection.request(fill, payload, timeout=self.request_timeout + 5)
+            reply, _ = await connection.request(
+                fill, payload, timeout=self.request_timeout + 5, now=True
+            )
         except (ConnectionError, OSError, LaminarError) as exc:
             if isinstance(exc, ConnectionError | OSError):
                 cluster.drop_node_connection(node_id)
@@ -409,6 +440,10 @@ class Producer:
                 )
                 continue
             self._done(batch, read_error(result.error), result.baseOffset)
+        try:
+            self._dispatch()  # the next batches of these partitions, now (not a turn later)
+        except Exception:  # the sender task meets it too, and fails loudly
+            self._wakeup.set()
 
     def _done(self, batch: ProducerBatch, error: LaminarError | None, base_offset: int) -> None:
         if error is not None:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Iterable, Sequence
+from ssl import SSLContext
 from typing import Any
 
 from laminar.client.cluster import Cluster
@@ -71,6 +72,7 @@ class ShareConsumer:
         check_crcs: bool = True,
         prefetch: bool = True,
         member_id: str | None = None,
+        ssl: SSLContext | None = None,
     ) -> None:
         if not group:
             raise ValueError("a share consumer needs a group")
@@ -80,6 +82,7 @@ class ShareConsumer:
         if (lock_ms is not None and lock_ms <= 0) or max_records <= 0:
             raise ValueError("lock_ms and max_records must be positive")
         self.bootstrap = bootstrap
+        self.ssl = ssl
         self.group = group
         self.topics = names
         self.lock_ms = lock_ms
@@ -112,7 +115,9 @@ class ShareConsumer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + self.max_wait_ms / 1000
+            self.bootstrap,
+            request_timeout=self.request_timeout + self.max_wait_ms / 1000,
+            ssl=self.ssl,
         )
         self._settler = Settler(
             self._cluster,

@@ -125,6 +125,14 @@ class GroupService:
             out += [(shard, view) for view in views]
         return out
 
+    def coordinators(self) -> list[Coordinator]:
+        """The coordinators of the shards this node leads now (read by the metrics)."""
+        return [
+            driver.coordinator
+            for driver in self._drivers.values()
+            if driver.coordinator is not None and driver.current
+        ]
+
     # ------------------------------------------------------------------ node events
 
     def leader_changed(self, replica: Replica) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import struct
+from ssl import SSLContext
 from typing import Any
 
 import structlog
@@ -210,11 +211,11 @@ class KafkaServer:
         self.tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | None = None
 
-    async def start(self, listen: str) -> None:
+    async def start(self, listen: str, ssl: SSLContext | None = None) -> None:
         host, port = split_address(listen)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self), host, port, reuse_address=True
+            lambda: KafkaConnection(self), host, port, reuse_address=True, ssl=ssl
         )
 
     async def stop(self) -> None:

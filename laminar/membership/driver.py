@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 
 from laminar.errors import ProtocolError
 from laminar.membership import codec
-from laminar.membership.messages import Message
+from laminar.membership.keyring import Keyring
+from laminar.membership.messages import Ack, Message, Ping
 from laminar.membership.state import Member, MemberEvent, MemberState
 from laminar.membership.swim import Swim, SwimConfig
+from laminar.stats import Buckets
 from laminar.transport import join_address, split_address
 
 log = structlog.get_logger(__name__)
@@ -28,8 +31,12 @@ class DriverStats:
     bytes_received: int = 0
     bytes_sent: int = 0
     dropped_malformed: int = 0
+    dropped_unauthenticated: int = 0
+    """Datagrams not sealed with a key of the keyring (forged, foreign or plain)."""
     send_errors: int = 0
     callback_errors: int = 0
+    probe_rtt: Buckets = field(default_factory=Buckets)
+    """Seconds from a ping this node sent to the ack with its sequence number."""
 
 
 class _Protocol(asyncio.DatagramProtocol):
@@ -56,8 +63,12 @@ class SwimDriver:
         tick_seconds: float = TICK_SECONDS,
         advertise_host: str | None = None,
         advertise: str | None = None,
+        keyring: Keyring | None = None,
     ) -> None:
+        """With a ``keyring`` every datagram is sealed, and one not sealed with a key of the
+        keyring is dropped (``stats.dropped_unauthenticated``)."""
         self.node_id = node_id
+        self.keyring = keyring
         self.stats = DriverStats()
         self._meta = dict(meta or {})
         self._config = config or SwimConfig()
@@ -70,6 +81,7 @@ class SwimDriver:
         self._ticker: asyncio.Task[None] | None = None
         self._subscribers: list[Callable[[MemberEvent], None]] = []
         self._resolved: dict[str, tuple[str, int]] = {}
+        self._pings: dict[int, float] = {}  # seq -> time.monotonic() sent, for probe_rtt
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -116,6 +128,10 @@ class SwimDriver:
     # ------------------------------------------------------------------ queries
 
     @property
+    def started(self) -> bool:
+        return self._core is not None
+
+    @property
     def address(self) -> str:
         return self._require_core().address
 
@@ -159,9 +175,13 @@ class SwimDriver:
         loop = asyncio.get_running_loop()
         core = self._require_core()
         next_at = loop.time()
+        ticks = 0
         while True:
             next_at += self._tick_seconds
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+            ticks += 1
+            if self.keyring is not None and ticks % 10 == 0:
+                self.keyring.reload_if_changed()
             core.tick()
             self._flush()
             # After a long stall (GC, an overloaded loop) drop the backlog instead of bursting.
@@ -174,12 +194,23 @@ class SwimDriver:
             return
         self.stats.datagrams_received += 1
         self.stats.bytes_received += len(data)
+        if self.keyring is not None:
+            try:
+                data = self.keyring.open(data)
+            except ProtocolError as exc:
+                self.stats.dropped_unauthenticated += 1
+                log.debug("swim.dropped_unauthenticated", source=addr, reason=str(exc))
+                return
         try:
             message = codec.decode(data)
         except ProtocolError as exc:
             self.stats.dropped_malformed += 1
             log.debug("swim.dropped_datagram", source=addr, reason=str(exc))
             return
+        if type(message) is Ack:
+            sent = self._pings.pop(message.seq, None)
+            if sent is not None:
+                self.stats.probe_rtt.observe(time.monotonic() - sent)
         core.receive(join_address(addr[0], addr[1]), message)
         self._flush()
 
@@ -217,6 +248,8 @@ class SwimDriver:
             if len(self._resolved) < 4096:
                 self._resolved[address] = target
         data = codec.encode(message)
+        if self.keyring is not None:
+            data = self.keyring.seal(data)
         try:
             transport.sendto(data, target)
         except (OSError, ValueError):  # uvloop: ValueError for a name or the other family
@@ -224,3 +257,8 @@ class SwimDriver:
             return
         self.stats.datagrams_sent += 1
         self.stats.bytes_sent += len(data)
+        if type(message) is Ping:
+            pings = self._pings
+            if len(pings) >= 256:  # unanswered ones (dead members): forget them
+                pings.clear()
+            pings[message.seq] = time.monotonic()

@@ -9,6 +9,7 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -76,7 +77,13 @@ class ClientServer:
     async def start(self) -> None:
         host, port = split_address(self.node.config.listen)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._protocol, host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            self._protocol,
+            host,
+            port,
+            reuse_address=True,
+            ssl=self.node.config.security.tls.server_context("client"),
+        )
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -86,6 +93,9 @@ class ClientServer:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     def _protocol(self) -> FramedProtocol:
         protocol: FramedProtocol
@@ -116,14 +126,18 @@ class ClientServer:
     async def _serve(
         self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
     ) -> None:
+        started = time.perf_counter()
         response = client_schema.Response.new_message()
         out_payload: list[Any] = []
         no_reply_wanted = False
+        acks: int | None = None  # produce only, for its latency histogram
         try:
             response.correlationId = request.correlationId
             # acks=0: the client reads no reply, and one arriving after it closed would make
             # its kernel reset the connection, discarding requests not yet read (as in Kafka)
-            no_reply_wanted = which == "produce" and body.acks == ACKS_NONE
+            if which == "produce":
+                acks = body.acks
+            no_reply_wanted = acks == ACKS_NONE
             handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
             # Serve only while the replies are read: a client that stops reading gets no more
             # work done for it (and no more replies buffered) until it does.
@@ -142,6 +156,7 @@ class ClientServer:
             log.exception("request failed")
             fill_error(response.error, ProtocolError(f"could not serve request: {exc}"))
             out_payload = []
+        self.node.request_stats.served(which, started, acks)
         if no_reply_wanted:
             return
         if not connection.closed:

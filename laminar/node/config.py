@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from laminar.groups.settings import GroupSettings
+from laminar.tls import SecurityConfig
 from laminar.transport import split_address
 
 DAY_MS = 24 * 3600 * 1000
@@ -54,6 +55,12 @@ class NodeConfig:
     rack: str = ""
     """Failure domain of this node (rack, zone); consumer groups use it (``--rack``)."""
     groups: GroupSettings = field(default_factory=GroupSettings)
+    metrics_listen: str = ""
+    """HTTP address serving /metrics, /healthz and /readyz (``--metrics-listen``; "" = off)."""
+    metrics_per_partition: bool = False
+    """Label log and Raft metrics per partition, not only per topic."""
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+    """TLS, gossip keys, ``--insecure`` (``laminar/tls.py``)."""
     log_format: str = "console"
     log_level: str = "info"
 
@@ -77,6 +84,9 @@ class NodeConfig:
         kafka = [a for a in (self.kafka_listen, self.kafka_advertise) if a]
         for address in [*self.peers.values(), *self.join, *kafka]:
             split_address(address)
+        if self.metrics_listen:
+            split_address(self.metrics_listen)
+        self.security.check_exposure(self.listen, self.peer_listen, self.kafka_listen)
 
 
 def parse_peers(text: str) -> dict[int, str]:

@@ -58,6 +58,13 @@ class PartitionAssignment:
     """A move in progress: the node receiving a replica (0: none)."""
     removing: int = 0
     """A move in progress: the node giving its replica up."""
+    move_id: str = ""
+    """A move in progress: the request id of its ``start_move`` (names this attempt)."""
+    target_ready: bool = False
+    """A move in progress: the target has applied its ``start_move`` and hosts the replica
+    created for it (``move_target_ready``). Until then the partition's leader must not add the
+    target to the Raft group: the target node may still host an older replica of the group
+    (one it held before, whose removal it has not applied yet), which would answer for it."""
 
     @property
     def moving(self) -> bool:
@@ -167,6 +174,8 @@ class MetadataState:
             return assignment
         if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command)
+        if op == "move_target_ready":
+            return self._move_target_ready(command)
         if op == "replica_lost":
             return self._replica_lost(command)
         if op == "replica_recovered":
@@ -241,6 +250,8 @@ class MetadataState:
             if target in assignment.replicas:
                 return None
             assignment.adding, assignment.removing = target, source
+            assignment.move_id = str(command.get("request_id") or "")
+            assignment.target_ready = False
         else:
             if (assignment.adding, assignment.removing) != (target, source):
                 return None
@@ -250,6 +261,21 @@ class MetadataState:
             # The replica that left the group needs no re-admission any more.
             self.recovering.pop((group, source if op == "finish_move" else target), None)
             assignment.adding = assignment.removing = 0
+            assignment.move_id = ""
+            assignment.target_ready = False
+        return assignment
+
+    def _move_target_ready(self, command: dict[str, Any]) -> PartitionAssignment | None:
+        """The target of a move has applied its ``start_move`` (and so every earlier command,
+        including the one that removed any replica of the group it held before)."""
+        topic = self.topic_by_id(command["topic_id"])
+        if topic is None or command["partition"] >= len(topic.partitions):
+            return None
+        assignment = topic.partitions[command["partition"]]
+        move_id = command["move_id"]
+        if not move_id or (assignment.adding, assignment.move_id) != (command["to"], move_id):
+            return None  # another move (or none) by now
+        assignment.target_ready = True
         return assignment
 
     def _create_topic(self, command: dict[str, Any]) -> Topic:

@@ -37,6 +37,8 @@ from laminar.node.metadata import (
     group_id,
 )
 from laminar.node.metadata_service import MetadataService, now_ms
+from laminar.node.metrics import RequestStats
+from laminar.node.observability import Observability
 from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.readmission import IdentityCheck, Readmission
@@ -52,6 +54,9 @@ from laminar.segment.log import LogConfig
 from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
+
+OPEN_AT_ONCE = 64
+"""Replicas opened in one event-loop iteration when a topic is created or grown."""
 
 
 class Node:
@@ -81,6 +86,8 @@ class Node:
             on_up=self._peer_up,
             on_down=self.runtime.node_down,
             dead_after=config.tick_ms * config.election_ticks * 2 / 1000,
+            server_ssl=config.security.tls.server_context("peer"),
+            client_ssl=config.security.tls.peer_client_context(),
         )
         self.calls = PeerCalls(self.peers)
         self.metadata_service = MetadataService(self)
@@ -101,6 +108,7 @@ class Node:
             config=SwimConfig(reap_after_ticks=round(config.reap_after_ms / 1000 / TICK_SECONDS)),
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
+            keyring=config.security.gossip_keyring(),
         )
         self.placement = Placement(self)
         self.groups = GroupService(
@@ -119,18 +127,23 @@ class Node:
             self.runtime,
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
+            client_ssl=config.security.tls.own_client_context(),
         )
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
+        self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
+        self.observability = Observability(self) if config.metrics_listen else None
 
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.observability is not None:  # first: /healthz and /readyz answer during start-up
+            await self.observability.start()
         self.disk.check()
         known_dir = self.amnesia.load_identity(self.config.cluster_id, self.node_id)
         if not known_dir:  # new, or lost everything: its peers know which
@@ -160,7 +173,8 @@ class Node:
         # Clients first: once gossip announces this node, its client port must answer.
         await self.client_server.start()
         if self.kafka_server is not None:
-            await self.kafka_server.start(self.config.kafka_listen)
+            tls = self.config.security.tls.server_context("kafka")
+            await self.kafka_server.start(self.config.kafka_listen, tls)
         if known_dir:
             await self._start_network()
         self.runtime.start()
@@ -226,6 +240,8 @@ class Node:
         await self.client_server.stop()
         if self.kafka_server is not None:
             await self.kafka_server.stop()
+        if self.observability is not None:
+            await self.observability.stop()
         await self.groups.stop()
         await self.queues.stop()
         await self.swim.stop()
@@ -331,9 +347,16 @@ class Node:
         if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
         if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
-            for partition in range(command.get("from", 0), len(result.partitions)):
-                if self.node_id in result.partitions[partition].replicas:
+            hosted = [
+                partition
+                for partition in range(command.get("from", 0), len(result.partitions))
+                if self.node_id in result.partitions[partition].replicas
+            ]
+            if len(hosted) <= OPEN_AT_ONCE:
+                for partition in hosted:
                     self._open_partition(result, partition, index)
+            else:
+                self.spawn(self._open_partitions(result, hosted, index))
         elif op == "alter_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.replicas.get(group_id(result.topic_id, partition))
@@ -354,6 +377,7 @@ class Node:
             topic = self.state.topic_by_id(command["topic_id"])
             if topic is not None:
                 self._open_partition(topic, command["partition"], index)
+                self.spawn(self._report_move_target_ready(command, index))
         elif result is not None and (
             (op == "finish_move" and command["from"] == self.node_id)
             or (op == "abort_move" and command["to"] == self.node_id)
@@ -364,6 +388,54 @@ class Node:
                 if replica is not None:
                     log.info("replica moved away", topic=topic.name, partition=replica.partition)
                     self.spawn(self._delete_files(replica))
+
+    async def _open_partitions(self, topic: Topic, partitions: list[int], origin: int) -> None:
+        """Open many new replicas a few at a time, so the event loop keeps serving peers and
+        clients meanwhile (a big topic's replicas would otherwise block it for seconds)."""
+        for start in range(0, len(partitions), OPEN_AT_ONCE):
+            if self.state.topics.get(topic.name) is not topic:
+                return  # deleted (or re-created) meanwhile
+            for partition in partitions[start : start + OPEN_AT_ONCE]:
+                self._open_partition(topic, partition, origin)
+            await asyncio.sleep(0)
+
+    async def _report_move_target_ready(self, command: dict[str, Any], index: int) -> None:
+        """Tell the partition's leader, through the metadata, that this node applied the
+        move's ``start_move`` (at ``index``): only then may it add this node to the Raft group
+        (see ``PartitionAssignment.target_ready``). Retried until recorded or the move is over.
+
+        Said only once this node's metadata log holds the command durably, so that a restart
+        never replays to a point where an older replica of the group was still hosted here."""
+        topic_id, partition, move_id = (
+            command["topic_id"],
+            command["partition"],
+            command["request_id"],
+        )
+        ready = {
+            "op": "move_target_ready",
+            "topic_id": topic_id,
+            "partition": partition,
+            "to": self.node_id,
+            "move_id": move_id,
+            "request_id": f"ready-{move_id}",
+        }
+        while True:
+            topic = self.state.topic_by_id(topic_id)
+            if topic is None or partition >= len(topic.partitions):
+                return
+            assignment = topic.partitions[partition]
+            if assignment.move_id != move_id or assignment.target_ready:
+                return  # recorded, or the move is over (also: a replay of an old move)
+            metadata = self.metadata
+            if metadata is None or metadata.closed or metadata.log.durable_offset <= index:
+                await asyncio.sleep(0.05)  # the group commit makes it durable within a pass
+                continue
+            try:
+                await self.metadata_service.propose(ready)
+                return
+            except (LaminarError, ConnectionError) as exc:
+                log.debug("move target readiness not yet recorded", error=str(exc))
+                await asyncio.sleep(0.2)
 
     async def _delete_files(self, replica: Replica) -> None:
         self.amnesia.closed(replica.group)
@@ -426,6 +498,7 @@ class Node:
         return log_config(settings, self.config.max_batch_bytes)
 
     def _leader_changed(self, replica: Replica) -> None:
+        self.request_stats.leader_changed(replica.topic)
         if replica.topic == INTERNAL_TOPIC:
             self.groups.leader_changed(replica)
         elif replica.group != METADATA_GROUP:

@@ -8,8 +8,9 @@ how a request was encoded; errors are laminar's typed errors, each protocol maps
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -91,6 +92,7 @@ class PartitionIO:
             return earlier.base_offset, earlier.last_offset
         base, last = replica.raft.propose(data, header.record_count)
         replica.storage.producers.record(header, base, last)
+        self.node.request_stats.produce(replica.topic, header.record_count, len(data))
         return base, last
 
     def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
@@ -114,12 +116,13 @@ class PartitionIO:
     @staticmethod
     async def await_commits(waiters: list[Waiter], timeout_ms: int) -> list[BaseException | None]:
         """Wait for every waiter; each one's outcome (None: committed)."""
-        if waiters:
-            await asyncio.wait([w.future for w in waiters], timeout=timeout_ms / 1000)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_ms / 1000):
+                await settled(w.future for w in waiters)
         out: list[BaseException | None] = []
         for waiter in waiters:
             future = waiter.future
-            if not future.done():
+            if not future.done() or future.cancelled():
                 future.cancel()
                 out.append(RequestTimeoutError("the write did not commit in time; it may still"))
             else:
@@ -140,7 +143,9 @@ class PartitionIO:
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         for replica in replicas:
             replica.fetch_waiters.append(waiter)
-        await asyncio.wait([waiter], timeout=max_wait_s)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max_wait_s):
+                await waiter  # one loop turn after the high watermark moved
 
     def read(self, replica: Replica, offset: int, limit: int) -> bytes:
         """Whole committed batches from ``offset`` (at least one if any), about ``limit``
@@ -148,10 +153,13 @@ class PartitionIO:
         the client is told NotLeader (to go to the new leader meanwhile)."""
         try:
             with replica.log.read(offset, limit, upto=replica.high_watermark) as log_slice:
-                return log_slice.tobytes()
+                data = log_slice.tobytes()
+                offsets = log_slice.next_offset - offset
         except CorruptLogError as exc:
             self.node.runtime.fail(replica, exc)
             raise NotLeaderError("replica offline after a storage fault") from None
+        self.node.request_stats.fetch(replica.topic, offsets, len(data))
+        return data
 
     # offsets ---------------------------------------------------------------------------------
     @staticmethod
@@ -164,9 +172,6 @@ class PartitionIO:
     def record_at_time(replica: Replica, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first committed record at or after ``timestamp``."""
         return first_record_at(replica, timestamp)
-
-    def address_of(self, node_id: int) -> str:
-        return self.node.address_of(node_id)
 
 
 def first_record_at(replica: Replica, timestamp: int) -> tuple[int, int] | None:
@@ -196,3 +201,13 @@ def first_record_at(replica: Replica, timestamp: int) -> tuple[int, int] | None:
         if record.timestamp >= timestamp:
             return (record.offset, record.timestamp) if record.offset < high else None
     return None
+
+
+async def settled(futures: Iterable[asyncio.Future[Any]]) -> None:
+    """Wait until every future is done, successful or not. The task resumes one loop turn
+    after the last one is done (``asyncio.wait`` takes two: its callback, then the task), which
+    is on the path of every acks=all reply."""
+    for future in futures:
+        if not future.done():
+            with contextlib.suppress(Exception):
+                await future

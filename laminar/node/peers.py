@@ -4,12 +4,20 @@ The node with the lower id dials, the other accepts; both then use that one conn
 directions. Each flush of the Multi-Raft outbox becomes one frame per peer (all groups'
 messages together). A peer that sends nothing for ``dead_after`` seconds, or whose connection
 drops, is reported down so its Raft groups elect without it.
+
+Who a peer is: with TLS on the peer port both sides present certificates of the cluster CA
+and the certificate names the node id (``tls.node_id_of``); a hello claiming another id is
+refused, and a dialer hangs up on a listener whose certificate names another node than the
+one it meant to reach (so a forged gossip address leads nowhere). Without TLS the hello's id
+is believed (loopback only, unless ``--insecure``). Either way a second connection claiming
+the id of a peer whose connection is alive is refused rather than replacing it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import ssl
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,9 +32,15 @@ from laminar.node.raft_codec import (
     encode_messages,
 )
 from laminar.protocol import KIND_PEER, cluster_schema
+from laminar.tls import node_id_of
 from laminar.transport import FramedProtocol, split_address
 
 log = structlog.get_logger(__name__)
+
+CLOSE_AFTER_SILENT_TIMES = 10
+"""A connection silent for this many ``dead_after`` is closed (the peer's host may be gone
+without a FIN, and only a new connection would notice its return); silent for one
+``dead_after`` the peer is only reported down."""
 
 
 class PeerNetwork:
@@ -41,6 +55,8 @@ class PeerNetwork:
         on_up: Callable[[int, str, str], None],
         on_down: Callable[[int], None],
         dead_after: float,
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -55,15 +71,23 @@ class PeerNetwork:
         self._connections: dict[int, FramedProtocol] = {}
         self._last_heard: dict[int, float] = {}
         self._down: set[int] = set()
+        self._hellos: dict[int, tuple[str, str]] = {}
+        """Peer address and client address each peer said hello with."""
         self._dialers: dict[int, asyncio.Task[None]] = {}
         self._server: asyncio.Server | None = None
         self._hello = encode_hello(node_id, cluster_id, peer_address, client_address)
         self._stopping = False
+        self._server_ssl = server_ssl
+        self._client_ssl = client_ssl
+        self.refused = 0
+        """Peer connections refused (wrong certificate id, duplicate of a live connection)."""
 
     async def start(self) -> None:
         host, port = split_address(self.peer_address)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, host, port, reuse_address=True)
+        self._server = await loop.create_server(
+            self._accept, host, port, reuse_address=True, ssl=self._server_ssl
+        )
 
     async def stop(self) -> None:
         self._stopping = True
@@ -98,6 +122,7 @@ class PeerNetwork:
             connection.close()
         self._down.discard(node_id)
         self._last_heard.pop(node_id, None)
+        self._hellos.pop(node_id, None)
 
     def connected(self, node_id: int) -> bool:
         connection = self._connections.get(node_id)
@@ -111,6 +136,8 @@ class PeerNetwork:
         if connection is None or connection.closed:
             return  # Raft retries; nothing is lost that was promised
         message, payload = encode_messages(messages)
+        # Written at the end of the loop turn, with the other peers' frames of this drain:
+        # writing each at once measured no better (a woken peer may take this core mid-drain).
         connection.send_parts(KIND_PEER, message, payload)
 
     def send_other(self, peer: int, builder: Any) -> bool:
@@ -130,13 +157,16 @@ class PeerNetwork:
             if empty is None:
                 empty = encode_messages([])[0]
             connection.send(KIND_PEER, empty)
-            if now - self._last_heard.get(peer, now) > self._dead_after:
+            silent = now - self._last_heard.get(peer, now)
+            if silent > self._dead_after * CLOSE_AFTER_SILENT_TIMES:
                 log.warning("peer silent, closing its connection", peer=peer)
                 connection.close()
         for peer in self.addresses:
-            if peer not in self._down and not self.connected(peer):
+            if peer not in self._down:
                 last = self._last_heard.get(peer, 0.0)
                 if now - last > self._dead_after:
+                    # Down for Raft (its groups elect without it) but the connection stays:
+                    # a peer that is only slow (a starved CPU) loses nothing in flight.
                     self._down.add(peer)
                     self._on_down(peer)
 
@@ -150,13 +180,17 @@ class PeerNetwork:
             try:
                 host, port = split_address(address)
                 _, protocol = await loop.create_connection(
-                    functools.partial(self._protocol, closed), host, port
+                    functools.partial(self._protocol, closed, peer),
+                    host,
+                    port,
+                    ssl=self._client_ssl,
                 )
                 protocol.send(KIND_PEER, self._hello)
                 delay = 0.05
                 await closed
-            except (OSError, ConnectionError):
-                pass
+            except (OSError, ConnectionError) as exc:  # incl. ssl.SSLError
+                if isinstance(exc, ssl.SSLError):
+                    log.warning("peer TLS handshake failed", peer=peer, error=str(exc))
             except asyncio.CancelledError:
                 raise
             await asyncio.sleep(delay)
@@ -165,8 +199,8 @@ class PeerNetwork:
     def _accept(self) -> FramedProtocol:
         return self._protocol(None)
 
-    def _protocol(self, closed: asyncio.Future[None] | None) -> FramedProtocol:
-        state: dict[str, int] = {"peer": 0}
+    def _protocol(self, closed: asyncio.Future[None] | None, dialed: int = 0) -> FramedProtocol:
+        state: dict[str, int] = {"peer": 0, "dialed": dialed}
         protocol: FramedProtocol
 
         def on_frame(kind: int, message: bytes, payload: memoryview) -> None:
@@ -180,6 +214,9 @@ class PeerNetwork:
             if peer == 0:
                 raise ProtocolError("peer spoke before saying hello")
             self._last_heard[peer] = time.monotonic()
+            if peer in self._down:  # silent for a while, heard again on the same connection
+                self._down.discard(peer)
+                self._on_up(peer, *self._hellos[peer])
             if which == "raft":
                 if body:
                     self._on_raft(peer, body)
@@ -202,13 +239,37 @@ class PeerNetwork:
         peer = hello.nodeId
         if peer == 0 or peer == self.node_id:
             raise ProtocolError(f"bad peer node id {peer}")
-        state["peer"] = peer
+        if state["peer"]:
+            raise ProtocolError("peer said hello twice")
+        if state["dialed"] and peer != state["dialed"]:
+            self.refused += 1
+            raise ProtocolError(f"dialed node {state['dialed']}, node {peer} answered")
+        if self._server_ssl is not None or self._client_ssl is not None:
+            certified = node_id_of(protocol.extra_info("peercert"))
+            if certified != peer:
+                self.refused += 1
+                log.warning(
+                    "peer refused: certificate names another node",
+                    claims=peer,
+                    certificate=certified,
+                    address=protocol.peer,
+                )
+                raise ProtocolError(f"certificate names node {certified}, hello claims {peer}")
         old = self._connections.get(peer)
-        if old is not None and old is not protocol:
-            old.close()
+        if old is not None and old is not protocol and not old.closed:
+            heard = self._last_heard.get(peer, 0.0)
+            if time.monotonic() - heard < self._dead_after / 4:
+                self.refused += 1
+                log.warning(
+                    "peer refused: node already connected", peer=peer, address=protocol.peer
+                )
+                raise ProtocolError(f"node {peer} is already connected")
+            old.close()  # silent for a while: the newcomer is the node back after a cut
+        state["peer"] = peer
         self._connections[peer] = protocol
         self._last_heard[peer] = time.monotonic()
         self._down.discard(peer)
+        self._hellos[peer] = (hello.address, hello.clientAddress)
         if peer not in self.addresses:
             self.addresses[peer] = hello.address
         if protocol is not None and self.node_id > peer:

@@ -118,7 +118,7 @@ class Placement:
                     continue
                 if assignment.moving:
                     move = Move(topic.topic_id, index, assignment.removing, assignment.adding)
-                    self._advance(replica, move, gone)
+                    self._advance(replica, move, gone, assignment.target_ready)
                 elif (replica.group, assignment.replicas[0]) not in node.state.recovering:
                     self._prefer_leader(replica, assignment.replicas[0], live)
 
@@ -141,14 +141,14 @@ class Placement:
             command = {"op": "replica_recovered", "group": replica.group, "node": node_id}
             self._propose({**command, "incident": recovery.incident})
 
-    def _advance(self, replica: Replica, move: Move, gone: set[int]) -> None:
+    def _advance(self, replica: Replica, move: Move, gone: set[int], target_ready: bool) -> None:
         raft = replica.raft
         abandon = move.target in gone and not move_done(raft, move.source, move.target)
         try:
             if abandon:  # the target died mid-move: undo it, and plan_moves will pick another
                 done = undo_move(raft, move.target)
             else:
-                done = advance_move(raft, move.source, move.target)
+                done = advance_move(raft, move.source, move.target, target_ready)
         except LaminarError as exc:
             log.debug("move step deferred", move=move, reason=str(exc))
             return

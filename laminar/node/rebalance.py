@@ -110,14 +110,25 @@ def move_done(raft: RaftNode, source: int, target: int) -> bool:
     return target in committed.voters and source not in (*committed.voters, *committed.learners)
 
 
-def advance_move(raft: RaftNode, source: int, target: int) -> bool:
-    """Take the next Raft step of a move on the partition's leader; True once it is done."""
+def advance_move(raft: RaftNode, source: int, target: int, target_ready: bool) -> bool:
+    """Take the next Raft step of a move on the partition's leader; True once it is done.
+
+    ``target_ready``: the target node has applied the move's ``start_move`` (see
+    ``PartitionAssignment.target_ready``). Raft knows a replica only by its node id, so until
+    then an older replica of the group still hosted on the target node (one it held before
+    and whose removal it has not applied yet) would answer for the learner: its
+    acknowledgements would raise the leader's match and get the target promoted, and the fresh
+    replica that replaces it moments later would face a leader sure it holds everything up to
+    that match, a voter it can never catch up (and a copy counted towards commit that is gone).
+    """
     if move_done(raft, source, target):
         return True
     conf = raft.conf
     if not conf.same_members(raft.committed_conf):
         return False  # one change at a time: wait for the pending one to commit
     if target not in conf.voters and target not in conf.learners:
+        if not target_ready:
+            return False
         raft.propose_conf_change(ConfChange(ConfChangeType.ADD_LEARNER, target))
     elif target in conf.learners:
         progress = raft.status().progress.get(target)

@@ -135,6 +135,23 @@ class Replica:
     def is_leader(self) -> bool:
         return self.raft.role == Role.LEADER
 
+    def is_durable(self) -> bool:
+        """Whether everything handed to this replica so far is on disk: its whole log is
+        fdatasynced and its hard state saved."""
+        return self.log.durable_offset >= self.log.end_offset and self.state_saved()
+
+    def state_saved(self) -> bool:
+        """Whether term, vote and membership are as last saved (``state_to_save`` would save
+        nothing). A moved commit alone is never saved: it is learnt again from the leader."""
+        raft = self.raft
+        saved = self.saved
+        return (
+            saved is not None
+            and saved.term == raft.term
+            and saved.vote == raft.vote
+            and saved.conf == (self.conf or raft.committed_conf)
+        )
+
     def state_to_save(self) -> tuple[HardState, ConfState] | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
         raft = self.raft

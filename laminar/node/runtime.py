@@ -1,12 +1,16 @@
-"""Multi-Raft runtime: drives every hosted Raft group with one tick task and one flush task.
+"""Multi-Raft runtime: drives every hosted Raft group with one tick task and one flush thread.
 
 No task or timer exists per group. Inputs (peer messages, proposals, ticks) mark a group as
 having work; one coalesced callback then drains every such group's Ready: entries are written to
 the group's log (page cache), messages that may leave before durability go to the per-peer
-outbox, the rest wait for the flush. The flush task is the group commit: one pass of fdatasyncs
-in a worker thread covers every append of every group since the previous pass; only then are
-the held-back messages (votes, append acknowledgements) sent and the cores told what is durable.
-Idle groups quiesce: they are not ticked at all until a message or proposal wakes them.
+outbox, the rest wait for the flush. The group commit: at the end of a drain, unless a pass is
+already running, one pass of fdatasyncs in the flush thread covers every append of every group
+since the previous pass; the thread hands the result straight back to the loop (one hop), and
+only then are the held-back messages (votes, append acknowledgements) sent and the cores told
+what is durable; that drain starts the next pass if more was written meanwhile. A held-back
+message of a replica with nothing waiting to become durable (the acknowledgement of a commit
+notice) leaves at once instead of costing a pass. Idle groups quiesce: they are not ticked at
+all until a message or proposal wakes them.
 
 A fault in one group stays in that group: an exception while stepping, ticking or draining a
 replica (a crc mismatch in its log, a full disk) takes only that replica offline (``fail``) and
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import time
 from collections import defaultdict
@@ -30,6 +35,7 @@ from laminar.node.raft_codec import GroupMessage
 from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
@@ -72,28 +78,40 @@ class MultiRaft:
         self._dirty: set[Replica] = set()
         self._outbox: defaultdict[int, list[GroupMessage]] = defaultdict(list)
         self._scheduled = False
-        self._flush_wanted = asyncio.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flush")
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.flush_cycles = 0
         self.ticks = 0
+        # metrics (node/metrics.py reads them at scrape time): fsync_seconds is written by the
+        # flush thread only, the other two by the loop only
+        self.fsync_seconds = Buckets()
+        self.commit_seconds = Buckets()
+        self.commit_logs = Buckets(COUNT_BOUNDS)
+        self._pass_started = 0.0
         self._flushing = False
+        self._stopping = False
         self._close_after_flush: list[Replica] = []
+        self._in_pass: set[Replica] = set()
+        """Replicas of the pass in the flush thread (their held messages leave after it)."""
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._tick_loop(), name="raft-ticks"),
-            asyncio.create_task(self._flush_loop(), name="group-commit"),
-        ]
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [asyncio.create_task(self._tick_loop(), name="raft-ticks")]
         for task in self._tasks:
             task.add_done_callback(_stop_if_died)
 
     async def stop(self) -> None:
+        self._stopping = True  # a pass still in the flush thread releases nothing more
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        # (after any pass in flight: the executor has one thread)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sync_all_logs)
+        for replica in self._close_after_flush:
+            _close(replica)
+        self._close_after_flush.clear()
         for replica in list(self.replicas.values()):
             replica.close()
         self.replicas.clear()
@@ -166,7 +184,7 @@ class MultiRaft:
     def process_now(self, replica: Replica) -> None:
         """Drain one group's Ready right away (a produce with acks=leader waits on the write)."""
         self._process_guarded(replica)
-        self._schedule()  # its messages leave with the next drain
+        self._schedule()  # its messages leave, and its pass starts, with the next drain
 
     def fail(self, replica: Replica, error: Exception) -> None:
         """Take a replica offline after a fault: it stops ticking, stepping, acknowledging and
@@ -203,6 +221,7 @@ class MultiRaft:
             if not replica.closed:
                 self._process_guarded(replica)
         self._send_outbox()
+        self._start_flush()
 
     def _process_guarded(self, replica: Replica) -> None:
         try:
@@ -239,10 +258,23 @@ class MultiRaft:
                 self._dirty.add(replica)
             if ready.conf_state is not None:
                 replica.conf = ready.conf_state
-            if ready.hard_state is not None or ready.conf_state is not None:
+            # A moved commit alone needs no pass: it is never saved (learnt again from the leader).
+            if (
+                ready.hard_state is not None or ready.conf_state is not None
+            ) and not replica.state_saved():
                 self._dirty.add(replica)
+            durable: bool | None = None
             for message in ready.messages:
                 if message.after_persist:
+                    if durable is None:  # (held messages leave in order, with their pass)
+                        durable = (
+                            not replica.after_persist
+                            and replica not in self._in_pass
+                            and replica.is_durable()
+                        )
+                    if durable:  # nothing handed out is waiting for a pass (a commit notice)
+                        self._outbox[message.to].append((replica.group, message))
+                        continue
                     replica.after_persist.append(message)
                     self._dirty.add(replica)  # released by the next flush pass
                 else:
@@ -267,8 +299,6 @@ class MultiRaft:
                     NotLeaderError("leadership lost; the write may or may not be committed")
                 )
             self._on_leader_change(replica)
-        if self._dirty:
-            self._flush_wanted.set()
 
     def _apply(self, replica: Replica, entries: list) -> None:
         assert replica.apply is not None
@@ -320,34 +350,48 @@ class MultiRaft:
                 if ready:
                     self.wake(replica)
 
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._flush_wanted.wait()
-            self._flush_wanted.clear()
-            dirty, self._dirty = self._dirty, set()
-            jobs: list[FlushJob] = []
-            for replica in dirty:
-                if replica.closed:
-                    continue
-                last = replica.storage.last_index()
-                term = replica.storage.term(last) if last >= 0 else 0
-                held, replica.after_persist = replica.after_persist, []
-                jobs.append((replica, last, term, held, replica.state_to_save()))
-            self._flushing = True
-            try:
-                await loop.run_in_executor(self._executor, _sync, jobs)
-            except Exception:
+    # the group commit ----------------------------------------------------------------------
+    def _start_flush(self) -> None:
+        """Start a pass for everything written since the last one, unless one is running (it
+        starts the next itself when it ends). Called at the end of every drain, so a lone
+        write goes to the flush thread in the same loop turn that wrote it."""
+        if self._flushing or not self._dirty or self._stopping or self._loop is None:
+            return  # (not started: nothing is made durable, as before start)
+        dirty, self._dirty = self._dirty, set()
+        jobs: list[FlushJob] = []
+        for replica in dirty:
+            if replica.closed:
+                continue
+            last = replica.storage.last_index()
+            term = replica.storage.term(last) if last >= 0 else 0
+            held, replica.after_persist = replica.after_persist, []
+            jobs.append((replica, last, term, held, replica.state_to_save()))
+        if not jobs:
+            return
+        self._flushing = True
+        self._in_pass = {job[0] for job in jobs}
+        self._pass_started = time.perf_counter()
+        self._executor.submit(_sync_then_call, self._loop, self._flushed, jobs, self.fsync_seconds)
+
+    def _flushed(self, jobs: list[FlushJob], error: BaseException | None) -> None:
+        """Back on the loop thread, straight from the flush thread (one hop): tell the cores
+        what is durable, release held messages, then drain (which starts the next pass)."""
+        try:
+            self._flushing = False
+            self._in_pass = set()
+            if error is not None:
                 # The kernel may have dropped dirty pages: acknowledging anything more could
                 # lose it. Crash-stop; a restart recovers from what is really on disk.
-                log.exception("group commit failed; stopping the node")
+                log.error("group commit failed; stopping the node", exc_info=error)
                 os._exit(EXIT_STORAGE_FAILURE)
-            finally:
-                self._flushing = False
-                for replica in self._close_after_flush:
-                    _close(replica)
-                self._close_after_flush.clear()
+            if self._stopping:
+                return  # stop() closes what waited for this pass
+            for replica in self._close_after_flush:
+                _close(replica)
+            self._close_after_flush.clear()
             self.flush_cycles += 1
+            self.commit_seconds.observe(time.perf_counter() - self._pass_started)
+            self.commit_logs.observe(len(jobs))
             for replica, last, term, held, _ in jobs:
                 if replica.closed:
                     continue
@@ -361,6 +405,11 @@ class MultiRaft:
                     self._outbox[message.to].append((replica.group, message))
                 self._pending.add(replica)
             self._drain()
+        except BaseException:
+            # A bug here would leave a node that gossips "alive" but never acknowledges or
+            # votes again: stop it loudly instead (as for a dead background task).
+            log.critical("group commit bookkeeping failed; stopping the node", exc_info=True)
+            os._exit(EXIT_STORAGE_FAILURE)
 
 
 def _close(replica: Replica) -> None:
@@ -385,11 +434,31 @@ def _stop_if_died(task: asyncio.Task[None]) -> None:
     os._exit(EXIT_STORAGE_FAILURE)
 
 
-def _sync(jobs: list[FlushJob]) -> None:
+def _sync_then_call(
+    loop: asyncio.AbstractEventLoop,
+    done: Callable[[list[FlushJob], BaseException | None], None],
+    jobs: list[FlushJob],
+    fsync_seconds: Buckets | None = None,
+) -> None:
+    """Runs in the flush thread: one pass, then hand the result straight to the loop."""
+    error: BaseException | None = None
+    try:
+        _sync(jobs, fsync_seconds)
+    except BaseException as exc:
+        error = exc
+    with contextlib.suppress(RuntimeError):  # the loop is closed: stop() syncs once more
+        loop.call_soon_threadsafe(done, jobs, error)
+
+
+def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
     """Runs in the flush thread: make logs and changed hard states durable."""
+    clock = time.perf_counter
     for replica, _last, _term, _held, state in jobs:
         if replica.closed:
             continue
+        started = clock()
         replica.log.flush()
+        if fsync_seconds is not None:
+            fsync_seconds.observe(clock() - started)
         if state is not None:
             save_state(replica.directory, *state)

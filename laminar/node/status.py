@@ -93,6 +93,8 @@ def move_stage(node: Node, topic: Topic, partition: int) -> str:
         return "removing source"
     if assignment.adding in conf.voters:
         return "finishing"
+    if not assignment.target_ready:
+        return "waiting for target"
     return "adding target"
 
 

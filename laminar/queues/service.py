@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from ssl import SSLContext
 from typing import Any
 
 import structlog
@@ -57,6 +58,7 @@ class QueueService:
         client_address: Callable[[], str],
         replication: Callable[[], int],
         checkpoint_min_records: int = 10_000,
+        client_ssl: SSLContext | None = None,
     ) -> None:
         self.config = config
         self._stored = stored
@@ -64,6 +66,7 @@ class QueueService:
         self._settings: dict[str, tuple[Mapping[str, Value], QueueSettings, ShareConfig]] = {}
         self._runtime = runtime
         self._client_address = client_address
+        self._client_ssl = client_ssl  # the node's client port may speak TLS
         self._replication = replication
         self.checkpoint_min_records = checkpoint_min_records
         self._drivers: dict[int, PartitionQueues] = {}
@@ -173,9 +176,9 @@ class QueueService:
         topic = self.settings(group).dead_letter_topic
         bootstrap = self._client_address()
         if self._producer is None:
-            self._producer = Producer(bootstrap, acks="all", linger_ms=1)
+            self._producer = Producer(bootstrap, acks="all", linger_ms=1, ssl=self._client_ssl)
             await self._producer.start()
-        async with Admin(bootstrap) as admin:
+        async with Admin(bootstrap, ssl=self._client_ssl) as admin:
             if topic not in await admin.list_topics():
                 with contextlib.suppress(TopicExistsError):
                     await admin.create_topic(topic, 1, self._replication())

@@ -110,6 +110,8 @@ class RaftNode:
         self.log = log = RaftLog(storage)
         hs = hard_state or HardState()
         self.term = hs.term
+        self.elections = 0
+        """Elections this node started (real ones, not pre-votes); read by the metrics."""
         self.vote = hs.vote
         first = log.first_index()
         last = log.last_index()
@@ -320,6 +322,7 @@ class RaftNode:
         self._quiesced = False
 
     def _become_candidate(self) -> None:
+        self.elections += 1
         self._reset(self.term + 1)
         self.vote = self.id
         self.role = CANDIDATE

@@ -163,7 +163,10 @@ class PartitionLog:
         ordered = sorted(bases)
         if not ordered:
             seg = Segment.create(directory, self._start, interval)
-            fsync_dir(directory)
+            # Durable with the first flush that covers an append: an empty log promises
+            # nothing, and a node creating thousands of partitions at once must not wait for
+            # one directory fsync each on its event loop.
+            self._dir_dirty = True
             self._segments = [seg]
         else:
             if ordered[0] != self._start:

@@ -1,0 +1,100 @@
+"""The group commit as a follower's runtime drives it, on real files with a running flush thread.
+
+An acknowledgement of new entries leaves only after a pass made them durable; the
+acknowledgement of a commit notice (an empty append: nothing new to make durable) leaves at
+once, the commit it carries costs no pass either, and it wakes a fetch parked on the follower.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from laminar.node.raft_codec import GroupMessage
+from laminar.node.replica import Replica
+from laminar.node.runtime import MultiRaft
+from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
+from laminar.segment.batch import build_batch
+from laminar.segment.log import LogConfig
+
+FOLLOWER = 2
+GROUP = 7
+
+
+def entries(term: int, first: int, count: int) -> list[Entry]:
+    return [
+        Entry(term, i, i, EntryKind.NORMAL, build_batch([(None, b"v%d" % i, (), 1_000)]))
+        for i in range(first, first + count)
+    ]
+
+
+def append(prev: int, prev_term: int, ents: list[Entry], commit: int) -> Message:
+    return Message(MessageType.APPEND, FOLLOWER, 1, 1, prev_term, prev, ents, commit)
+
+
+class Sent:
+    """What the runtime sent to its peers, and an event per arrival."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.arrived = asyncio.Event()
+
+    def __call__(self, _peer: int, messages: list[GroupMessage]) -> None:
+        self.messages += [message for _group, message in messages]
+        self.arrived.set()
+
+    async def next_ack(self) -> Message:
+        while True:
+            for message in self.messages:
+                if message.type is MessageType.APPEND_RESP:
+                    self.messages.remove(message)
+                    return message
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 10)
+
+
+async def test_a_commit_notice_is_acknowledged_without_a_pass(tmp_path: Path) -> None:
+    sent = Sent()
+    runtime = MultiRaft(FOLLOWER, 1.0, sent, lambda _replica: None)
+    replica = Replica.open(
+        GROUP,
+        FOLLOWER,
+        tmp_path / "p",
+        LogConfig(),
+        ConfState(voters=(1, 2, 3)),
+        RaftConfig(deliver_committed=False, seed=1),
+    )
+    runtime.start()
+    runtime.add(replica)
+    try:
+        # New entries (and a new term): acknowledged only once a pass made them durable.
+        runtime.step(GROUP, append(-1, 0, entries(1, 0, 3), -1))
+        ack = await sent.next_ack()
+        assert ack.index == 2 and not ack.reject
+        assert runtime.flush_cycles >= 1
+        assert replica.log.durable_offset == 3
+        assert replica.high_watermark == 0
+
+        # A fetch parked at the end of what the follower may serve.
+        parked = asyncio.get_running_loop().create_future()
+        replica.fetch_waiters.append(parked)
+        passes = runtime.flush_cycles
+
+        # The leader's commit notice: nothing new to make durable.
+        runtime.step(GROUP, append(2, 1, [], 2))
+        ack = await sent.next_ack()
+        assert ack.index == 2 and not ack.reject
+        assert runtime.flush_cycles == passes, "the ack waited for a pass it did not need"
+        assert replica.high_watermark == 3
+        assert parked.done(), "the parked fetch was not woken by the commit"
+
+        # More entries: their ack waits for a pass again (durability is not skipped), and
+        # it is the first pass since the commit notice (which needed none, not even an empty
+        # one for its moved commit: a commit alone is never saved).
+        runtime.step(GROUP, append(2, 1, entries(1, 3, 2), 2))
+        ack = await sent.next_ack()
+        assert ack.index == 4
+        assert runtime.flush_cycles == passes + 1
+        assert replica.log.durable_offset == 5
+    finally:
+        await runtime.stop()
