@@ -327,6 +327,17 @@ def node_start(
     group_offsets_retention: Annotated[
         float, typer.Option(help="Seconds a group with no members keeps its offsets (7 days).")
     ] = 7 * 24 * 3600.0,
+    group_initial_rebalance_delay: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a new classic (Kafka JoinGroup) group waits for more members "
+            "before its first generation (Kafka's group.initial.rebalance.delay.ms)."
+        ),
+    ] = 3.0,
+    group_min_session_timeout: Annotated[
+        float,
+        typer.Option(help="Shortest session timeout a classic group member may ask for, s."),
+    ] = 6.0,
     metrics_listen: Annotated[
         str,
         typer.Option(
@@ -425,6 +436,8 @@ def node_start(
                 session_timeout_ms=int(group_session_timeout * 1000),
                 heartbeat_interval_ms=int(group_heartbeat_interval * 1000),
                 offsets_retention_ms=int(group_offsets_retention * 1000),
+                classic_initial_rebalance_delay_ms=int(group_initial_rebalance_delay * 1000),
+                classic_min_session_timeout_ms=int(group_min_session_timeout * 1000),
             ),
             security=security,
         )

@@ -48,8 +48,8 @@ def group_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     if not groups:
         typer.echo("no groups")
         return
-    rows = [["GROUP", "STATE", "MEMBERS", "COORDINATOR"]]
-    rows += [[g.group, g.state, str(g.members), str(g.coordinator)] for g in groups]
+    rows = [["GROUP", "STATE", "MEMBERS", "COORDINATOR", "PROTOCOL"]]
+    rows += [[g.group, g.state, str(g.members), str(g.coordinator), g.protocol] for g in groups]
     typer.echo(render_table(rows))
 
 
@@ -77,8 +77,9 @@ def render_group(d: GroupDescription) -> str:
     lines = [
         f"GROUP        {d.group}",
         f"COORDINATOR  {d.coordinator}",
+        f"PROTOCOL     {d.protocol}",
         f"STATE        {d.state}",
-        f"EPOCH        {d.epoch}",
+        f"{'GENERATION' if d.protocol == 'classic' else 'EPOCH':<13}{d.epoch}",
         f"MEMBERS      {len(d.members)}",
         f"TOTAL-LAG    {total}",
     ]

@@ -155,6 +155,56 @@ class PartitionNotOwnedError(LaminarError):
     code = 26
 
 
+# Classic (JoinGroup/SyncGroup) consumer groups (laminar/groups/classic.py): codes 40-49.
+
+
+class IllegalGenerationError(LaminarError):
+    """A classic member named a generation the group is not at: it must join again."""
+
+    code = 40
+
+
+class RebalanceInProgressError(LaminarError):
+    """A classic group is rebalancing: the member must send JoinGroup again."""
+
+    code = 41
+
+
+class FencedInstanceIdError(LaminarError):
+    """A newer member took over this static member's instance id: this one is a zombie."""
+
+    code = 42
+
+
+class MemberIdRequiredError(LaminarError):
+    """A new classic member must join again with the member id it was given (``member_id``)."""
+
+    code = 43
+
+    def __init__(self, message: str, member_id: str = "") -> None:
+        super().__init__(message)
+        self.member_id = member_id
+
+
+class InconsistentGroupProtocolError(LaminarError):
+    """The protocol type or protocols do not match the group's (or the group id is in use by a
+    group of the other kind)."""
+
+    code = 44
+
+
+class GroupIdNotFoundError(LaminarError):
+    """The group does not exist, or is not of the kind the request expects."""
+
+    code = 45
+
+
+class InvalidSessionTimeoutError(InvalidRequestError):
+    """A classic member's session timeout is outside the coordinator's bounds."""
+
+    code = 46
+
+
 # Share groups (laminar/queues): codes 30-39.
 
 
@@ -197,6 +247,13 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         InvalidOffsetError,
         PartitionNotOwnedError,
         ReceiptExpiredError,
+        IllegalGenerationError,
+        RebalanceInProgressError,
+        FencedInstanceIdError,
+        MemberIdRequiredError,
+        InconsistentGroupProtocolError,
+        GroupIdNotFoundError,
+        InvalidSessionTimeoutError,
         InvalidConfigError,
     )
 }

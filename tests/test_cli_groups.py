@@ -53,7 +53,13 @@ async def test_consume_with_a_group_commits_what_it_printed(fake: FakeCluster) -
 
     code, out, err = await cli(fake, "group", "list")
     assert code == 0, err
-    assert out.splitlines()[0].split() == ["GROUP", "STATE", "MEMBERS", "COORDINATOR"]
+    assert out.splitlines()[0].split() == [
+        "GROUP",
+        "STATE",
+        "MEMBERS",
+        "COORDINATOR",
+        "PROTOCOL",
+    ]
     assert out.splitlines()[1].split()[:3] == ["g", "empty", "0"]
     await cli(fake, "produce", "t", "--value", "d", "-p", "1")
     code, out, err = await cli(fake, "group", "describe", "g")

@@ -45,6 +45,8 @@ class GroupSummary:
     """empty, reconciling or stable."""
     members: int
     coordinator: int
+    protocol: str = "consumer"
+    """consumer (laminar's own protocol, KIP-848) or classic (Kafka JoinGroup/SyncGroup)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,6 +88,8 @@ class GroupDescription:
     offsets: tuple[CommittedOffset, ...]
     partitions: tuple[PartitionLag, ...] = ()
     """Filled by Admin.describe_group (needs the partitions' end offsets)."""
+    protocol: str = "consumer"
+    """consumer or classic (a classic group's epoch is its generation)."""
 
 
 def partitions_of(reader: Any) -> tuple[TopicPartition, ...]:
@@ -108,7 +112,10 @@ def heartbeat_from_reader(reply: Any) -> HeartbeatReply:
 
 
 def summaries_from_reader(reply: Any) -> list[GroupSummary]:
-    return [GroupSummary(g.group, g.state, g.members, g.coordinator) for g in reply.groups]
+    return [
+        GroupSummary(g.group, g.state, g.members, g.coordinator, g.protocol or "consumer")
+        for g in reply.groups
+    ]
 
 
 def description_from_reader(reply: Any) -> GroupDescription:
@@ -133,4 +140,5 @@ def description_from_reader(reply: Any) -> GroupDescription:
         coordinator=reply.coordinator,
         members=tuple(sorted(members, key=lambda m: m.member_id)),
         offsets=committed_from_reader(reply.offsets),
+        protocol=reply.protocol or "consumer",
     )

@@ -6,6 +6,7 @@ releases each reply once the records before it are durable (see ``coordinator``)
 """
 
 from laminar.groups.assignor import AssignorMember, assign
+from laminar.groups.classic import ClassicConfig, ClassicGroups
 from laminar.groups.coordinator import (
     Coordinator,
     CoordinatorConfig,
@@ -16,6 +17,8 @@ from laminar.groups.records import Record, compact, replay
 
 __all__ = [
     "AssignorMember",
+    "ClassicConfig",
+    "ClassicGroups",
     "Coordinator",
     "CoordinatorConfig",
     "HeartbeatResponse",

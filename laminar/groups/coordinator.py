@@ -44,17 +44,23 @@ against the new coordinator, built from the durable records (``Coordinator(..., 
 Timers are not records: a new coordinator gives every member a fresh session (and revoking
 members a fresh rebalance timeout) from the time it takes over.
 
+Classic groups. Kafka clients' JoinGroup/SyncGroup groups live beside these in ``classic``
+(``classic.py``), writing through the same records, outbox and offsets. A group id is one kind at
+a time: a heartbeat here to a classic group with members is ``GroupIdNotFoundError`` (an empty
+one is taken over), and ``commit_classic_offsets`` routes Kafka's OffsetCommit by the kind.
+
 Time is always passed in (``now_ms``); nothing here reads a clock, does I/O or draws randomness.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from laminar.durable import RecordOutbox, Reply
 from laminar.errors import (
     FencedMemberEpochError,
+    GroupIdNotFoundError,
     GroupNotEmptyError,
     InvalidOffsetError,
     InvalidRequestError,
@@ -66,6 +72,7 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.groups.assignor import AssignorMember, assign
+from laminar.groups.classic import ClassicConfig, ClassicGroups
 from laminar.groups.records import (
     AssignmentKey,
     AssignmentValue,
@@ -87,7 +94,7 @@ from laminar.groups.records import (
     Value,
     state_records,
 )
-from laminar.groups.views import GroupView, describe
+from laminar.groups.views import GroupView, describe, describe_classic
 
 DAY_MS = 24 * 3600 * 1000
 MAX_METADATA_CHARS = 4096
@@ -99,6 +106,7 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 5_000
     offsets_retention_ms: int = 7 * DAY_MS
     rack_aware: bool = False
+    classic: ClassicConfig = field(default_factory=ClassicConfig)
 
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_interval_ms < self.session_timeout_ms:
@@ -136,6 +144,10 @@ class Coordinator(RecordOutbox[Record]):
         self.state = GroupsState()
         for record in records:
             self.state.apply(record)
+        self.classic = ClassicGroups(
+            config.classic, self.state, self._write, lambda: self._written, now_ms
+        )
+        """Classic (JoinGroup/SyncGroup) groups of this shard, sharing its records."""
         self.topics: dict[str, int] = dict(topics)
         self.replica_racks = dict(replica_racks or {})
         self._session: dict[tuple[str, str], int] = {}
@@ -188,6 +200,10 @@ class Coordinator(RecordOutbox[Record]):
         for topic in topics:
             _require_name(topic, "topic")
         owned = frozenset(owned_partitions)
+        if self.classic.has_members(group):
+            raise GroupIdNotFoundError(f"group {group} is a classic group, not a consumer group")
+        if group in self.classic.groups:  # an empty classic group becomes a consumer group
+            self.classic.forget(group)
         state = self.state.groups.get(group)
         cur = state.assignments.get(member_id) if state else None
         if member_epoch == 0:
@@ -256,7 +272,7 @@ class Coordinator(RecordOutbox[Record]):
         state = self.state.groups.get(group)
         holds = None
         if member_id == "" and member_epoch == -1:
-            if state is not None and state.members:
+            if (state is not None and state.members) or self.classic.has_members(group):
                 raise GroupNotEmptyError(f"group {group} has members")
         else:
             cur = state.assignments.get(member_id) if state else None
@@ -269,6 +285,42 @@ class Coordinator(RecordOutbox[Record]):
                     f"member {member_id}: epoch {member_epoch}, current is {cur.epoch}"
                 )
             holds = frozenset(cur.assigned) | frozenset(cur.revoking)
+        return self._store_offsets(group, offsets, holds, member_id, now_ms)
+
+    def commit_classic_offsets(
+        self,
+        group: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        now_ms: int,
+        group_not_found: bool = False,
+    ) -> Reply[None]:
+        """Kafka's OffsetCommit: a consumer group's member commits at its member epoch, a
+        classic member at its generation, anyone with generation -1 while the group has no
+        members (``classic.check_commit`` has the rules)."""
+        self._alive()
+        _require_name(group, "group")
+        state = self.state.groups.get(group)
+        if state is not None and state.members:
+            return self.commit_offsets(group, member_id, generation, offsets, now_ms)
+        if not self.classic.check_commit(
+            group, generation, member_id, instance_id, now_ms, group_not_found
+        ):
+            return self.commit_offsets(group, "", -1, offsets, now_ms)
+        return self._store_offsets(group, offsets, None, member_id, now_ms, classic=True)
+
+    def _store_offsets(
+        self,
+        group: str,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        holds: frozenset[TopicPartition] | None,
+        member_id: str,
+        now_ms: int,
+        classic: bool = False,
+    ) -> Reply[None]:
+        state = self.state.groups.get(group)
         for tp, value in offsets.items():
             if not (isinstance(tp, tuple) and len(tp) == 2 and isinstance(value, tuple)):
                 raise InvalidRequestError("offsets map (topic, partition) to (offset, metadata)")
@@ -280,7 +332,7 @@ class Coordinator(RecordOutbox[Record]):
                 raise InvalidOffsetError(f"metadata of {topic}/{partition} is invalid")
             if holds is not None and (topic, partition) not in holds:
                 raise PartitionNotOwnedError(f"member {member_id} does not own {topic}/{partition}")
-        if offsets and (state is None or state.meta is None):
+        if offsets and not classic and (state is None or state.meta is None):
             self._write(GroupKey(group), GroupValue(0, 0, now_ms))
         for topic, partition in sorted(offsets):
             offset, metadata = offsets[(topic, partition)]
@@ -302,24 +354,29 @@ class Coordinator(RecordOutbox[Record]):
 
     def describe_group(self, group: str) -> Reply[GroupView]:
         self._alive()
-        return Reply(describe(group, self.state.groups.get(group)), self._written)
+        return Reply(self._view(group), self._written)
 
     def list_groups(self) -> Reply[list[GroupView]]:
         """Every group of this shard, without offsets (a listing stays small)."""
         self._alive()
-        views = [
-            replace(describe(name, state), offsets={})
-            for name, state in sorted(self.state.groups.items())
-        ]
-        return Reply(views, self._written)
+        names = sorted(set(self.state.groups) | set(self.classic.groups))
+        return Reply([replace(self._view(name), offsets={}) for name in names], self._written)
+
+    def _view(self, group: str) -> GroupView:
+        state = self.state.groups.get(group)
+        classic = self.classic.describe(group)
+        if classic is not None:
+            return describe_classic(classic, dict(state.offsets) if state else {})
+        return describe(group, state)
 
     def delete_group(self, group: str) -> Reply[None]:
         """Delete a group with no members, offsets included."""
         self._alive()
         state = self.state.groups.get(group)
-        if state is not None:
-            if state.members:
-                raise GroupNotEmptyError(f"group {group} has members")
+        if (state is not None and state.members) or self.classic.has_members(group):
+            raise GroupNotEmptyError(f"group {group} has members")
+        self.classic.forget(group)
+        if state is not None and group in self.state.groups:
             self._delete(group)
         return Reply(None, self._written)
 
@@ -334,13 +391,20 @@ class Coordinator(RecordOutbox[Record]):
         for key in sorted(self._rebalance):
             if key in self._rebalance and now_ms >= self._rebalance[key]:
                 self._fence(key[0], key[1], now_ms)
+        self.classic.tick(now_ms)
         retention = self.config.offsets_retention_ms
         for name in sorted(self.state.groups):
             state = self.state.groups[name]
-            if state.members or state.meta is None:
+            if state.members or self.classic.active(name):
                 continue
-            last = max([state.meta.empty_since_ms, *(o.commit_ms for o in state.offsets.values())])
-            if now_ms >= last + retention:
+            stamps = [o.commit_ms for o in state.offsets.values()]
+            if state.meta is not None:
+                stamps.append(state.meta.empty_since_ms)
+            if state.classic is not None:
+                stamps.append(state.classic.empty_since_ms)
+            elif state.meta is None:
+                continue
+            if now_ms >= max(stamps) + retention:
                 self._delete(name)
 
     def topics_changed(self, topics: Mapping[str, int], now_ms: int) -> None:
@@ -447,7 +511,10 @@ class Coordinator(RecordOutbox[Record]):
         self._membership_changed(group, now_ms)
 
     def _delete(self, group: str) -> None:
-        state = self.state.groups[group]
+        self.classic.forget(group)
+        state = self.state.groups.get(group)
+        if state is None:
+            return
         for tp in sorted(state.offsets):
             self._write(OffsetKey(group, *tp), None)
         for mid in sorted(state.target_members):

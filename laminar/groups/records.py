@@ -17,6 +17,11 @@ Record kinds (one key per fact, so the newest record of a key is all that matter
 * ``AssignmentKey(g, m)`` -> ``AssignmentValue``: the member's current epoch (and the previous
   one), whether it is fenced, the partitions it may own now and those it must still revoke.
 * ``OffsetKey(g, topic, partition)`` -> ``OffsetValue``: committed offset, metadata, commit time.
+* ``ClassicGroupKey(g)`` -> ``ClassicGroupValue``: a classic (JoinGroup/SyncGroup) group as of
+  its last state change (a rebalance starting, a join or sync completing, a static member
+  taking over, emptying): protocol type and protocol, generation, leader, state and
+  every member with its subscription and assignment (Kafka's GroupMetadata record). A group
+  id holds either this or consumer members (``MemberKey``), never both.
 
 Because folding is per key, the order of records with different keys does not matter, and
 ``compact`` (the newest live record of every key) rebuilds exactly the same state: the internal
@@ -72,6 +77,11 @@ class OffsetKey:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicGroupKey:
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
 class GroupValue:
     epoch: int
     membership_epoch: int
@@ -113,8 +123,35 @@ class OffsetValue:
     commit_ms: int
 
 
-Key = GroupKey | MemberKey | TargetKey | TargetMemberKey | AssignmentKey | OffsetKey
-Value = GroupValue | MemberValue | TargetValue | TargetMemberValue | AssignmentValue | OffsetValue
+ClassicMemberTuple = tuple[str, str | None, str, str, int, int, str, str]
+"""(member id, instance id, client id, client host, session timeout ms, rebalance timeout ms,
+subscription of the selected protocol and assignment, both base64): plain values, so the JSON
+encoding round-trips."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupValue:
+    protocol_type: str
+    protocol: str | None
+    generation: int
+    leader: str | None
+    state: str  # Empty, PreparingRebalance, CompletingRebalance or Stable
+    empty_since_ms: int  # -1 while the group has members
+    members: tuple[ClassicMemberTuple, ...]
+
+
+Key = (
+    GroupKey | MemberKey | TargetKey | TargetMemberKey | AssignmentKey | OffsetKey | ClassicGroupKey
+)
+Value = (
+    GroupValue
+    | MemberValue
+    | TargetValue
+    | TargetMemberValue
+    | AssignmentValue
+    | OffsetValue
+    | ClassicGroupValue
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +170,12 @@ class GroupState:
     target_members: dict[str, TargetMemberValue] = field(default_factory=dict)
     assignments: dict[str, AssignmentValue] = field(default_factory=dict)
     offsets: dict[TopicPartition, OffsetValue] = field(default_factory=dict)
+    classic: ClassicGroupValue | None = None
 
     def is_empty(self) -> bool:
         return not (
             self.meta
+            or self.classic
             or self.members
             or self.target
             or self.target_members
@@ -162,6 +201,8 @@ class GroupsState:
             group.meta = value  # type: ignore[assignment]
         elif isinstance(key, TargetKey):
             group.target = value  # type: ignore[assignment]
+        elif isinstance(key, ClassicGroupKey):
+            group.classic = value  # type: ignore[assignment]
         elif isinstance(key, MemberKey):
             _put(group.members, key.member_id, value)
         elif isinstance(key, TargetMemberKey):
@@ -198,6 +239,7 @@ _KIND_ORDER = {
     TargetMemberKey: 3,
     AssignmentKey: 4,
     OffsetKey: 5,
+    ClassicGroupKey: 6,
 }
 
 
@@ -235,6 +277,8 @@ def state_records(state: GroupsState) -> list[Record]:
         out += [Record(TargetMemberKey(name, m), v) for m, v in targets]
         out += [Record(AssignmentKey(name, m), v) for m, v in sorted(group.assignments.items())]
         out += [Record(OffsetKey(name, *tp), v) for tp, v in sorted(group.offsets.items())]
+        if group.classic is not None:
+            out.append(Record(ClassicGroupKey(name), group.classic))
     return out
 
 
@@ -248,6 +292,7 @@ _VALUE_OF = {
     TargetMemberKey: TargetMemberValue,
     AssignmentKey: AssignmentValue,
     OffsetKey: OffsetValue,
+    ClassicGroupKey: ClassicGroupValue,
 }
 
 

@@ -94,6 +94,23 @@ class GroupService:
         driver = await self._driver_for(group)
         return await driver.call(request, self.settings.request_timeout_ms / 1000)
 
+    async def coordinator_node(self, group: str) -> int | None:
+        """The node coordinating ``group`` (the leader of its shard), or None while unknown;
+        creates the internal topic if it does not exist yet (Kafka's FindCoordinator)."""
+        topic = self._state.topics.get(INTERNAL_TOPIC)
+        if topic is None:
+            await self._create_internal_topic()
+            topic = self._state.topics.get(INTERNAL_TOPIC)
+            if topic is None:
+                return None
+        shard = shard_of(group, len(topic.partitions))
+        replica = self._runtime.replicas.get(group_id(topic.topic_id, shard))
+        if replica is not None and not replica.closed:
+            leader = replica.raft.leader_id
+        else:
+            leader = topic.partitions[shard].leader
+        return leader or None
+
     async def list_groups(self) -> list[tuple[int, GroupView]]:
         """(shard, group) for every group of the shards this node coordinates."""
         out: list[tuple[int, GroupView]] = []

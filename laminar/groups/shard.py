@@ -34,6 +34,7 @@ import structlog
 
 from laminar.durable import Reply
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError
+from laminar.groups.classic import Waiting
 from laminar.groups.coordinator import Coordinator, CoordinatorConfig
 from laminar.groups.records import Record, decode, encode
 from laminar.node.leader_term import LeaderTerm
@@ -89,7 +90,9 @@ class ShardDriver:
         self.coordinator: Coordinator | None = None
         self.ended = False
         self._loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._releases: list[tuple[int, asyncio.Future[None]]] = []
+        self._releases: list[tuple[int, asyncio.Future[Any], Any]] = []
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        """Held classic-group requests (JoinGroup, SyncGroup) by their coordinator token."""
         self._append_scheduled = False
         self._since_checkpoint = 0
         """Records in the partition since the last checkpoint began (replayed ones included)."""
@@ -109,21 +112,31 @@ class ShardDriver:
         if not self._loaded.done():
             await asyncio.wait_for(asyncio.shield(self._loaded), timeout)
         coordinator = self._coordinator()
-        reply = request(coordinator, self._now_ms())
+        try:
+            reply = request(coordinator, self._now_ms())
+        except BaseException:
+            self._deliver(coordinator)
+            self._schedule_append()
+            raise
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if isinstance(reply.value, Waiting):
+            # Held (a classic join or sync): answered by this or a later request, or a tick.
+            self._waiting[reply.value.token] = future
+        elif coordinator.is_released(reply):
+            future.set_result(reply.value)
+        else:
+            self._releases.append((reply.after, future, reply.value))
+        self._deliver(coordinator)
         self._schedule_append()
-        if coordinator.is_released(reply):
-            return reply.value
-        future = asyncio.get_running_loop().create_future()
-        self._releases.append((reply.after, future))
         # No timeout of its own: the entry commits, or leadership ends and ``end`` fails it.
-        await future
-        return reply.value
+        return await future
 
     def tick(self) -> None:
         """Expire sessions and rebalance timeouts, delete expired groups, checkpoint if due."""
         if self.coordinator is None or not self._usable():
             return
         self.coordinator.tick(self._now_ms())
+        self._deliver(self.coordinator)
         if self._checkpoint is None and self._since_checkpoint > max(
             self.checkpoint_min_records, 2 * self._live_records()
         ):
@@ -150,11 +163,25 @@ class ShardDriver:
             self._loaded.set_exception(error)
             self._loaded.exception()  # retrieved: nobody may be waiting
         releases, self._releases = self._releases, []
-        for _after, future in releases:
+        waiting, self._waiting = self._waiting, {}
+        for future in [f for _after, f, _value in releases] + list(waiting.values()):
             if not future.done():
                 future.set_exception(error)
 
     # ------------------------------------------------------------------ internals
+
+    def _deliver(self, coordinator: Coordinator) -> None:
+        """Answers to held requests: errors at once, values once their records are durable."""
+        for token, outcome in coordinator.classic.take_completions():
+            future = self._waiting.pop(token, None)
+            if future is None or future.done():
+                continue  # its client went away
+            if isinstance(outcome, LaminarError):
+                future.set_exception(outcome)
+            elif coordinator.is_released(outcome):
+                future.set_result(outcome.value)
+            else:
+                self._releases.append((outcome.after, future, outcome.value))
 
     def _usable(self) -> bool:
         if not self.current:
@@ -212,7 +239,7 @@ class ShardDriver:
         total = 0
         for group in self.coordinator.state.groups.values():
             total += 2 + len(group.members) + len(group.target_members)
-            total += len(group.assignments) + len(group.offsets)
+            total += len(group.assignments) + len(group.offsets) + (group.classic is not None)
         return total
 
     def _start_checkpoint(self) -> None:
@@ -286,10 +313,10 @@ class ShardDriver:
             self._trimmed(self.replica, done.offset)
         if self._releases:
             keep = []
-            for after, waiting in self._releases:
+            for after, waiting, value in self._releases:
                 if after <= written:
                     if not waiting.done():
-                        waiting.set_result(None)
+                        waiting.set_result(value)
                 else:
-                    keep.append((after, waiting))
+                    keep.append((after, waiting, value))
             self._releases = keep

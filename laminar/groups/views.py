@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from laminar.groups.classic import ClassicGroupView
+from laminar.groups.consumer_protocol import assignment_partitions, subscription_topics
 from laminar.groups.records import GroupState, OffsetValue, TopicPartition
 
 EMPTY = "empty"
@@ -31,6 +33,10 @@ class GroupView:
     epoch: int
     members: tuple[MemberView, ...]
     offsets: dict[TopicPartition, OffsetValue]
+    protocol: str = "consumer"
+    """``consumer`` (KIP-848, laminar's own) or ``classic`` (Kafka's JoinGroup/SyncGroup)."""
+    protocol_type: str = "consumer"
+    """A classic group's protocol type (``consumer`` for consumers, ``connect``...)."""
 
 
 def state_name(group: GroupState) -> str:
@@ -69,3 +75,45 @@ def describe(name: str, group: GroupState | None) -> GroupView:
         )
     epoch = group.meta.epoch if group.meta is not None else 0
     return GroupView(name, state_name(group), epoch, tuple(members), dict(group.offsets))
+
+
+CLASSIC_STATES = {
+    "Empty": EMPTY,
+    "PreparingRebalance": "preparing-rebalance",
+    "CompletingRebalance": "completing-rebalance",
+    "Stable": STABLE,
+    "Dead": "dead",
+}
+
+
+def describe_classic(
+    view: ClassicGroupView, offsets: dict[TopicPartition, OffsetValue]
+) -> GroupView:
+    """A classic group in the native view: the epoch is the generation, topics and partitions
+    are read from the consumer protocol's subscription and assignment (empty for others)."""
+    members = []
+    for m in view.members:
+        assigned = assignment_partitions(m.assignment)
+        members.append(
+            MemberView(
+                m.member_id,
+                m.instance_id,
+                None,
+                view.generation,
+                subscription_topics(m.metadata),
+                assigned,
+                (),
+                assigned,
+                False,
+            )
+        )
+    state = CLASSIC_STATES.get(view.state, view.state)
+    return GroupView(
+        view.name,
+        state,
+        view.generation,
+        tuple(members),
+        offsets,
+        "classic",
+        view.protocol_type or "consumer",
+    )

@@ -81,6 +81,7 @@ def handlers(service: GroupService, node_id: int) -> dict[str, Handler]:
             slot.state = view.state
             slot.members = len(view.members)
             slot.coordinator = node_id
+            slot.protocol = view.protocol
 
     async def describe_group(group: str, response: Any, _payload: memoryview) -> None:
         view = await service.call(group, lambda c, _now: c.describe_group(group))
@@ -127,6 +128,7 @@ def _fill_description(out: Any, view: GroupView, node_id: int) -> None:
     out.state = view.state
     out.epoch = view.epoch
     out.coordinator = node_id
+    out.protocol = view.protocol
     members = out.init("members", len(view.members))
     for slot, member in zip(members, view.members, strict=True):
         slot.memberId = member.member_id

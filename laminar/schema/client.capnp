@@ -312,9 +312,11 @@ struct CommittedOffsets {
 
 struct GroupSummary {
   group @0 :Text;
-  state @1 :Text;             # empty, reconciling, stable
+  state @1 :Text;             # empty, reconciling, stable; classic: also preparing-rebalance,
+                              # completing-rebalance
   members @2 :UInt32;
   coordinator @3 :UInt32;
+  protocol @4 :Text;          # consumer (laminar's own, KIP-848) or classic (Kafka JoinGroup)
 }
 
 struct GroupList {
@@ -340,6 +342,7 @@ struct GroupDescription {
   coordinator @3 :UInt32;
   members @4 :List(GroupMember);
   offsets @5 :List(CommittedOffset);
+  protocol @6 :Text;          # consumer or classic; a classic group's epoch is its generation
 }
 
 # ---------------------------------------------------------------------------- share groups

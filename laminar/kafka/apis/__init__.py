@@ -9,16 +9,28 @@ from __future__ import annotations
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
+    find_coordinator,
+    heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     produce,
+    sync_group,
 )
 
 MODULES = [
@@ -33,6 +45,19 @@ MODULES = [
     describe_configs,
     incremental_alter_configs,
     init_producer_id,
+    # consumer groups (classic protocol and offsets)
+    find_coordinator,
+    join_group,
+    sync_group,
+    heartbeat,
+    leave_group,
+    offset_commit,
+    offset_fetch,
+    list_groups,
+    describe_groups,
+    delete_groups,
+    consumer_group_heartbeat,
+    consumer_group_describe,
 ]
 
 SERVED: dict[int, Api] = {}
