@@ -31,7 +31,6 @@ K_ATTR_CONTROL = 1 << 5
 _K_HEADER = struct.Struct(">qiibIhiqqqhii")
 _K_TAIL = struct.Struct(">hiqqqhii")  # from the attributes on (what the crc covers first)
 _K_PREFIX = struct.Struct(">qiibI")  # baseOffset .. crc
-_L_HEADER = struct.Struct("<qqiIBBHiqqqhHii")
 _INT32_MAX = (1 << 31) - 1
 assert _K_HEADER.size == K_HEADER_SIZE
 
@@ -85,26 +84,17 @@ def to_laminar(kbatch: memoryview) -> bytearray:
     records = kbatch[K_HEADER_SIZE:]
     out = bytearray(lb.HEADER_SIZE + len(records))
     out[lb.HEADER_SIZE :] = records
-    _L_HEADER.pack_into(
+    lb.seal(
         out,
-        0,
-        0,
-        0,
-        len(out),
-        0,
-        lb.MAGIC,
-        0,
         attributes & 0xFFFF,
         lod,
         first_ts,
         max_ts,
         producer_id,
         producer_epoch,
-        0,
         base_sequence,
         count,
     )
-    struct.pack_into("<I", out, 20, crc32c.crc32c(memoryview(out)[lb.CRC_START :]))
     return out
 
 
@@ -115,7 +105,7 @@ def to_kafka(data: bytes | memoryview, out: list[bytes | memoryview]) -> int:
     n = len(view)
     pos = 0
     total = 0
-    unpack = _L_HEADER.unpack_from
+    unpack = lb.HEADER_STRUCT.unpack_from
     while n - pos >= lb.HEADER_SIZE:
         f = unpack(view, pos)
         size = f[2]

@@ -29,7 +29,7 @@ CRC_START = 24
 # header count, one byte each.
 MIN_RECORD_SIZE = 7
 
-_HEADER = struct.Struct("<qqiIBBHiqqqhHii")
+HEADER_STRUCT = struct.Struct("<qqiIBBHiqqqhHii")
 STAMP = struct.Struct("<qq")  # base_offset, term: the 16 bytes a leader stamps
 _LENGTH = struct.Struct("<qqi")  # base_offset, term, batch_length
 _CRC = struct.Struct("<I")
@@ -38,7 +38,7 @@ _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
 T = TypeVar("T")
 
-assert _HEADER.size == HEADER_SIZE
+assert HEADER_STRUCT.size == HEADER_SIZE
 
 
 class BatchHeader(NamedTuple):
@@ -160,6 +160,33 @@ def build_batch(
             attributes |= compression
     out = bytearray(join(parts))
     count = len(records)
+    seal(
+        out,
+        attributes,
+        count - 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    )
+    return bytes(out)
+
+
+def seal(
+    out: bytearray,
+    attributes: int,
+    last_offset_delta: int,
+    first_timestamp: int,
+    max_timestamp: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+) -> None:
+    """Write the header of the batch in ``out`` (records from HEADER_SIZE on) and its crc32c;
+    base offset and term stay 0 for the leader to stamp."""
     _LENGTH.pack_into(out, 0, 0, 0, len(out))
     _TAIL.pack_into(
         out,
@@ -167,24 +194,23 @@ def build_batch(
         MAGIC,
         0,
         attributes,
-        count - 1,
-        first_ts,
-        max_ts,
+        last_offset_delta,
+        first_timestamp,
+        max_timestamp,
         producer_id,
         producer_epoch,
         0,
         base_sequence,
-        count,
+        record_count,
     )
     _CRC.pack_into(out, 20, crc32c.crc32c(memoryview(out)[CRC_START:]))
-    return bytes(out)
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos`` (no crc check); raises CorruptBatchError if it is unusable."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptBatchError(f"{len(buf) - pos} bytes is shorter than a batch header")
-    f = _HEADER.unpack_from(buf, pos)
+    f = HEADER_STRUCT.unpack_from(buf, pos)
     if f[2] < HEADER_SIZE:
         raise CorruptBatchError(f"batch_length {f[2]} is shorter than the header")
     if f[4] != MAGIC:
@@ -214,7 +240,7 @@ def check_batch(
         raise BatchTooLargeError(f"batch of {n} bytes exceeds the limit of {max_batch_bytes}")
     if n < HEADER_SIZE:
         raise CorruptBatchError(f"{n} bytes is shorter than a batch header")
-    f = _HEADER.unpack_from(buf, 0)
+    f = HEADER_STRUCT.unpack_from(buf, 0)
     length, magic, res1, attributes, lod, count = f[2], f[4], f[5], f[6], f[7], f[14]
     codec = attributes & ATTR_COMPRESSION_MASK
     if (
