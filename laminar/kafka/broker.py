@@ -11,12 +11,10 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from laminar.errors import InvalidRequestError
 from laminar.node.metadata import Topic, TopicSettings
 from laminar.node.partition_io import PartitionIO
-from laminar.node.topic_admin import log_config
 from laminar.raft.progress import REPLICATE
-from laminar.topic_names import is_internal, validate_topic_name
+from laminar.topic_names import is_internal
 from laminar.transport import split_address
 
 if TYPE_CHECKING:
@@ -140,15 +138,7 @@ class NodeBroker:
 
     def check_create(self, name: str, spec: dict[str, Any]) -> None:
         """What ``create_topic`` would refuse before proposing (CreateTopics' validate_only)."""
-        validate_topic_name(name)
-        if is_internal(name):
-            raise InvalidRequestError("topic names starting with '__' are the cluster's own")
-        if spec["partitions"] < 1 or spec["replication_factor"] < 1:
-            raise InvalidRequestError("partitions and replication factor must be at least 1")
-        try:
-            log_config(self.settings_for(spec), self._node.config.max_batch_bytes)
-        except ValueError as exc:
-            raise InvalidRequestError(f"invalid topic settings: {exc}") from None
+        self._node.topic_admin.check_create({**spec, "name": name})
 
     async def delete_topic(self, name: str) -> None:
         await self._node.topic_admin.delete_topic(name)

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from laminar.errors import InvalidRequestError, UnknownTopicError
-from laminar.groups.service import is_internal
 from laminar.node.metadata import ALTERABLE_SETTINGS, MetadataState, Topic, TopicSettings
 from laminar.segment.log import LogConfig
+from laminar.topic_names import is_internal, validate_topic_name
 
 Propose = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -35,7 +35,18 @@ class TopicAdmin:
         """``spec``: name, partitions, replication_factor and optional log settings (0 or
         missing: the node default; retention_ms -1: keep forever)."""
         name = spec["name"]
-        if is_internal(name):
+        settings = self.check_create(spec)
+        await self.propose({"op": "create_topic", "name": name, "settings": asdict(settings)})
+        topic = self.state.topics.get(name)
+        if topic is None:  # a delete committed right behind the create
+            raise UnknownTopicError(f"topic {name!r} was deleted as it was created")
+        return topic
+
+    def check_create(self, spec: dict[str, Any]) -> TopicSettings:
+        """What ``create_topic`` refuses before proposing (also Kafka's validate_only); the
+        settings it would create the topic with."""
+        validate_topic_name(spec["name"])
+        if is_internal(spec["name"]):
             raise InvalidRequestError("topic names starting with '__' are the cluster's own")
         if spec["partitions"] < 1:
             raise InvalidRequestError("a topic needs at least one partition")
@@ -43,11 +54,7 @@ class TopicAdmin:
             raise InvalidRequestError("replication factor must be at least 1")
         settings = self.settings_for(spec)
         self._check_log_settings(settings)
-        await self.propose({"op": "create_topic", "name": name, "settings": asdict(settings)})
-        topic = self.state.topics.get(name)
-        if topic is None:  # a delete committed right behind the create
-            raise UnknownTopicError(f"topic {name!r} was deleted as it was created")
-        return topic
+        return settings
 
     async def delete_topic(self, name: str) -> None:
         self._existing(name)
