@@ -109,6 +109,20 @@ class DiskFullError(LaminarError):
     code = 14
 
 
+class AuthenticationError(LaminarError):
+    """The connection is not authenticated (the cluster has users: authenticate first), or
+    a SASL/SCRAM exchange failed (unknown user, wrong password, malformed message). Not
+    retriable: the credentials must change."""
+
+    code = 15
+
+
+class AuthorizationError(LaminarError):
+    """The authenticated user may not do this (no ACL allows it); nothing was changed."""
+
+    code = 16
+
+
 # Consumer groups (laminar/groups): codes 20-29.
 
 
@@ -239,6 +253,8 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         NotEnoughReplicasError,
         ProtocolError,
         DiskFullError,
+        AuthenticationError,
+        AuthorizationError,
         UnknownMemberIdError,
         FencedMemberEpochError,
         StaleMemberEpochError,

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from laminar.auth.state import AUTH_OPS, AuthState
 from laminar.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -113,6 +114,8 @@ class MetadataState:
     queue_configs: dict[str, dict[str, queue_config.Value]] = field(default_factory=dict)
     """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
     A changed group gets a new dict, so a reader may compare by identity."""
+    auth: AuthState = field(default_factory=AuthState)
+    """Users, ACLs and the nodes' internal secret (laminar/auth/state.py)."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
 
@@ -201,6 +204,8 @@ class MetadataState:
             return self._add_partitions(command)
         if op == "alter_topic":
             return self._alter_topic(command)
+        if op in AUTH_OPS:
+            return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:

@@ -176,6 +176,8 @@ class MetadataService:
             assert self.node.metadata is not None
             conf = self.node.metadata.raft.conf
             return {**command, "voter": command["node"] not in conf.learners}
+        if command.get("op") == "create_user":
+            return self.node.state.auth.prepare(command)
         if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
             return command
         if command["op"] == "add_partitions":
