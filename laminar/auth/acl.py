@@ -65,6 +65,10 @@ class Authorizer:
         if not any(self.allowed(principal, op, topic) for op in OPERATIONS):
             raise AuthorizationError(f"user {principal!r} has no access to topic {topic!r}")
 
+    def allowed_superuser(self, principal: str | None) -> bool:
+        state = self._state()
+        return not state.required or state.is_superuser(principal or "")
+
     def check_superuser(self, principal: str | None, what: str) -> None:
         self.check_authenticated(principal)
         state = self._state()

@@ -1,4 +1,4 @@
-"""Authentication and authorization on the native client port.
+"""Authentication and authorization on the native client port (``Session``: per connection).
 
 ``NativeAuth.handle`` runs before every request: it serves the SCRAM exchange and user/ACL
 management itself, and for every other request checks that the connection's user may make it
@@ -10,22 +10,14 @@ superuser, so a new request kind is never open by accident.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.auth.acl import ADMIN, CONSUME, PRODUCE, Authorizer
 from laminar.auth.admin import AuthAdmin
 from laminar.auth.scram import MECHANISM, ScramCredential, ScramServer
+from laminar.auth.session import Session
 from laminar.auth.state import AclRule
 from laminar.errors import AuthenticationError
-
-
-@dataclass(slots=True)
-class Session:
-    """One connection's authentication state."""
-
-    principal: str | None = None
-    exchange: ScramServer | None = field(default=None, repr=False)
 
 
 def _topics(items: Any) -> list[str]:

@@ -30,6 +30,8 @@ from laminar.kafka.apis import (
     offset_commit,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
 )
 
@@ -58,6 +60,9 @@ MODULES = [
     delete_groups,
     consumer_group_heartbeat,
     consumer_group_describe,
+    # SASL/SCRAM-SHA-256 (laminar/auth)
+    sasl_handshake,
+    sasl_authenticate,
 ]
 
 SERVED: dict[int, Api] = {}

@@ -1,0 +1,327 @@
+"""Users and ACLs on a real 3-node cluster (processes, sockets), through the native client and
+real Kafka clients (kafka-python, confluent-kafka) over SASL/SCRAM-SHA-256.
+
+The tests share one cluster and run in file order: the first creates the users (the cluster
+is open until then), the later ones rely on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from laminar.client import Acl, Admin, Consumer, Producer, ShareConsumer, TopicPartition
+from laminar.client.offsets import list_offsets
+from laminar.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    InvalidRequestError,
+    LaminarError,
+)
+from laminar.protocol import LATEST
+from laminar.transport import split_address
+from tests.cluster_fixture import ClusterHandle, run_sync, start_cluster
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+ck_admin = pytest.importorskip("confluent_kafka.admin")
+kafka = pytest.importorskip("kafka")
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = ("root", "root-secret")
+READER = ("reader", "reader-secret")
+WRITER = ("writer", "writer-secret")
+OPS = ("ops", "ops-secret")
+DATA = "data"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
+    handle = start_cluster(tmp_path_factory.mktemp("auth"), 3, kafka=True)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+def login(user: tuple[str, str]) -> dict[str, str]:
+    return {"username": user[0], "password": user[1]}
+
+
+async def end_offset(cluster: ClusterHandle, topic: str, partition: int = 0) -> int:
+    tp = TopicPartition(topic, partition)
+    async with Consumer(cluster.bootstrap, **login(ROOT)) as consumer:
+        return (await list_offsets(consumer.cluster, [tp], LATEST))[tp]
+
+
+async def read_all(cluster: ClusterHandle, user: tuple[str, str], topic: str) -> list[bytes]:
+    tp = TopicPartition(topic, 0)
+    async with Consumer(cluster.bootstrap, **login(user)) as consumer:
+        await consumer.assign([tp])
+        await consumer.seek_to_end()
+        end = consumer.position(tp)
+        await consumer.seek_to_beginning()
+        values: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            values += [r.value for r in await consumer.getmany(timeout_ms=2000)]
+        return values
+
+
+def kafka_unauthenticated_request_is_closed(address: str) -> bool:
+    """A Metadata v1 request before SASL: the node closes the connection without a reply."""
+    host, port = split_address(address)
+    body = struct.pack(">hhih", 3, 1, 7, 4) + b"test" + struct.pack(">i", -1)
+    with socket.create_connection((host, port), timeout=5) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        sock.settimeout(5)
+        return sock.recv(4) == b""
+
+
+def test_open_until_the_first_user_then_authentication_required(cluster: ClusterHandle) -> None:
+    async def scenario() -> None:
+        async with Admin(cluster.bootstrap) as admin:  # open: no users yet
+            await admin.create_topic(DATA, partitions=1, replication_factor=3)
+            async with Producer(cluster.bootstrap, linger_ms=1) as producer:
+                await producer.send_and_wait(DATA, b"before users", partition=0)
+            with pytest.raises(InvalidRequestError, match="first user must be a superuser"):
+                await admin.create_user("alice", "pw")
+            assert await admin.list_topics() == [DATA]  # still open after the refusal
+            await admin.create_user(*ROOT, superuser=True)
+            # This connection was opened before: it is refused from now on too.
+            with pytest.raises(AuthenticationError, match="authentication required"):
+                await admin.create_topic("sneaky", 1, 1)
+        with pytest.raises(AuthenticationError, match="authentication required"):
+            async with Admin(cluster.bootstrap) as admin:
+                await admin.list_topics()
+        with pytest.raises(AuthenticationError, match="wrong password"):
+            async with Admin(cluster.bootstrap, username="root", password="nope"):
+                pass
+        with pytest.raises(AuthenticationError, match="unknown user"):
+            async with Admin(cluster.bootstrap, username="nobody", password="nope"):
+                pass
+        with pytest.raises(AuthenticationError):
+            async with Producer(cluster.bootstrap, linger_ms=1) as producer:
+                await producer.send_and_wait(DATA, b"anonymous", partition=0)
+        async with Admin(cluster.bootstrap, **login(ROOT)) as admin:
+            assert await admin.list_topics() == [DATA]  # "sneaky" was never created
+            await admin.create_user(*READER)
+            await admin.create_user(*WRITER)
+            await admin.create_user(*OPS)
+            await admin.add_acl(Acl("reader", "consume", topic=DATA))
+            await admin.add_acl(Acl("writer", "produce", prefix="dat"))
+            await admin.add_acl(Acl("ops", "admin", prefix="ops-"))
+            with pytest.raises(InvalidRequestError, match="last superuser"):
+                await admin.delete_user("root")
+            users = await admin.list_users()
+            assert [(u.name, u.superuser) for u in users] == [
+                ("ops", False),
+                ("reader", False),
+                ("root", True),
+                ("writer", False),
+            ]
+            assert all(u.iterations >= 4096 for u in users)
+        cluster.local.login = ROOT
+        assert kafka_unauthenticated_request_is_closed(cluster.kafka_bootstrap.split(",")[0])
+
+    run_sync(scenario())
+
+
+def test_acls_refuse_and_allow_on_the_native_port(cluster: ClusterHandle) -> None:
+    async def scenario() -> None:
+        before = await end_offset(cluster, DATA)
+        async with Producer(cluster.bootstrap, linger_ms=1, **login(READER)) as producer:
+            with pytest.raises(AuthorizationError, match="may not produce"):
+                await producer.send_and_wait(DATA, b"not allowed", partition=0)
+        assert await end_offset(cluster, DATA) == before  # nothing stored
+        async with Producer(cluster.bootstrap, linger_ms=1, **login(WRITER)) as producer:
+            await producer.send_and_wait(DATA, b"from writer", partition=0)
+        assert await read_all(cluster, READER, DATA) == [b"before users", b"from writer"]
+        with pytest.raises(AuthorizationError, match="may not consume"):
+            await read_all(cluster, WRITER, DATA)
+        with pytest.raises(AuthorizationError):  # share groups need consume too
+            async with ShareConsumer(cluster.bootstrap, "g", DATA, **login(WRITER)):
+                pass
+        async with Admin(cluster.bootstrap, **login(READER)) as admin:
+            with pytest.raises(AuthorizationError, match="may not admin"):
+                await admin.create_topic("reader-topic", 1, 1)
+            with pytest.raises(AuthorizationError, match="may not admin"):
+                await admin.delete_topic(DATA)
+            with pytest.raises(AuthorizationError, match="superuser"):
+                await admin.list_users()
+            with pytest.raises(AuthorizationError, match="superuser"):
+                await admin.create_user("mallory", "pw", superuser=True)
+        async with Admin(cluster.bootstrap, **login(OPS)) as admin:
+            await admin.create_topic("ops-1", 1, 3)  # forwarded to the metadata leader
+            await admin.add_partitions("ops-1", 2)
+            with pytest.raises(AuthorizationError):
+                await admin.create_topic("elsewhere", 1, 1)
+        # Group offsets: committing and reading them back needs consume on the topic.
+        async with Consumer(
+            cluster.bootstrap, group_id="readers", auto_offset_reset="earliest", **login(READER)
+        ) as consumer:
+            await consumer.subscribe([DATA])
+            seen: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(seen) < 2 and time.monotonic() < deadline:
+                seen += [r.value for r in await consumer.getmany(timeout_ms=1000)]
+            assert seen == [b"before users", b"from writer"]
+            await consumer.commit()
+            end = await end_offset(cluster, DATA)
+            assert await consumer.committed(TopicPartition(DATA, 0)) == end
+
+    run_sync(scenario())
+
+
+def test_dead_letters_are_copied_with_the_internal_user(cluster: ClusterHandle) -> None:
+    """A queue leader copies rejected messages to the dead-letter topic through the client
+    port (creating it): it authenticates as the nodes' internal user."""
+
+    async def scenario() -> None:
+        async with ShareConsumer(
+            cluster.bootstrap, "dlq-test", DATA, from_earliest=True, **login(ROOT)
+        ) as consumer:
+            messages = []
+            deadline = time.monotonic() + 30
+            while len(messages) < 2 and time.monotonic() < deadline:
+                messages += await consumer.fetch(timeout_ms=1000)
+            assert len(messages) == 2
+            await asyncio.gather(*(m.reject() for m in messages))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                copied = await read_all(cluster, ROOT, "dlq-test.dlq")
+                if len(copied) == 2:
+                    break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            assert time.monotonic() < deadline, "dead letters not copied"
+            await asyncio.sleep(0.3)
+        assert sorted(copied) == [b"before users", b"from writer"]
+
+    run_sync(scenario())
+
+
+def _kafka_python_producer(cluster: ClusterHandle, user: tuple[str, str]) -> object:
+    return kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap.split(","),
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="SCRAM-SHA-256",
+        sasl_plain_username=user[0],
+        sasl_plain_password=user[1],
+        request_timeout_ms=10_000,
+        max_block_ms=10_000,
+    )
+
+
+def _confluent(user: tuple[str, str], cluster: ClusterHandle, **extra: object) -> dict:
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user[0],
+        "sasl.password": user[1],
+        **extra,
+    }
+
+
+def test_kafka_clients_authenticate_with_scram_and_acls_apply(cluster: ClusterHandle) -> None:
+    before = run_sync(end_offset(cluster, DATA))
+    producer = _kafka_python_producer(cluster, WRITER)
+    try:
+        producer.send(DATA, b"via kafka-python", partition=0).get(timeout=20)
+    finally:
+        producer.close()
+    with pytest.raises(kafka.errors.KafkaError):  # wrong password: SaslAuthenticationFailed
+        _kafka_python_producer(cluster, ("writer", "wrong")).send(DATA, b"x").get(timeout=10)
+
+    # confluent-kafka: the reader consumes what kafka-python wrote, and may not produce.
+    consumer = confluent_kafka.Consumer(
+        _confluent(
+            READER,
+            cluster,
+            **{"group.id": f"g-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest"},
+        )
+    )
+    got: list[bytes] = []
+    try:
+        consumer.assign([confluent_kafka.TopicPartition(DATA, 0, before)])
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got.append(message.value())
+    finally:
+        consumer.close()
+    assert got == [b"via kafka-python"]
+
+    errors: list[object] = []
+    refused = confluent_kafka.Producer(
+        _confluent(READER, cluster, **{"message.timeout.ms": 10_000})
+    )
+    refused.produce(
+        DATA, b"reader may not", partition=0, on_delivery=lambda e, _m: errors.append(e)
+    )
+    refused.flush(20)
+    assert len(errors) == 1 and errors[0] is not None
+    assert errors[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    admin = ck_admin.AdminClient(_confluent(READER, cluster))
+    futures = admin.create_topics([ck_admin.NewTopic("kafka-made", 1, 1)], operation_timeout=10)
+    with pytest.raises(confluent_kafka.KafkaException) as refused_create:
+        futures["kafka-made"].result(timeout=20)
+    assert (
+        refused_create.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
+    )
+    assert run_sync(end_offset(cluster, DATA)) == before + 1  # only kafka-python's record
+
+
+def test_users_and_acls_survive_leader_kill_and_full_restart(cluster: ClusterHandle) -> None:
+    async def leader() -> int:
+        async with Admin(cluster.bootstrap, **login(ROOT)) as admin:
+            return (await admin.cluster_status()).metadata_leader
+
+    async def still_enforced() -> None:
+        assert len(await read_all(cluster, READER, DATA)) == 3
+        with pytest.raises(AuthenticationError):
+            async with Admin(cluster.bootstrap, username="reader", password="wrong"):
+                pass
+        with pytest.raises(AuthenticationError):
+            async with Admin(cluster.bootstrap) as admin:
+                await admin.list_topics()
+        async with Producer(cluster.bootstrap, linger_ms=1, **login(READER)) as producer:
+            with pytest.raises(AuthorizationError):
+                await producer.send_and_wait(DATA, b"no", partition=0)
+        async with Admin(cluster.bootstrap, **login(ROOT)) as admin:
+            assert Acl("reader", "consume", topic=DATA) in await admin.list_acls()
+            await admin.create_topic(f"after-{uuid.uuid4().hex[:6]}", 2, 3)
+
+    async def new_leader(killed: int) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if (await leader()) not in (0, killed):
+                    return
+            except (ConnectionError, LaminarError):
+                pass
+            await asyncio.sleep(0.2)
+        raise AssertionError("no new metadata leader")
+
+    killed = run_sync(leader())
+    cluster.kill(killed)  # SIGKILL the metadata leader
+    run_sync(new_leader(killed))
+    run_sync(still_enforced())
+    cluster.start_node(killed)
+    cluster.wait_ready()
+    cluster.stop()
+    for node_id in cluster.nodes:
+        cluster.start_node(node_id)
+    cluster.wait_ready()
+    run_sync(still_enforced())
