@@ -22,7 +22,7 @@ from laminar.cli import (
     render_table,
     run,
 )
-from laminar.cli_tls import client_ssl
+from laminar.cli_auth import client_options
 from laminar.client import Admin, TopicPartition
 from laminar.client.descriptions import TopicDescription
 from laminar.protocol import EARLIEST, LATEST
@@ -58,7 +58,7 @@ def topic_create(
             "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
             "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
         }
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.create_topic(name, partitions, replication_factor, **options)
 
     description = run(go)
@@ -73,7 +73,7 @@ def topic_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """List topics with their partition count and replication factor."""
 
     async def go() -> list[TopicDescription]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             names = await admin.list_topics()
             return [admin.cluster.topic(name) for name in names]
 
@@ -91,7 +91,7 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Show a topic's settings and where its partitions live."""
 
     async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             description = await admin.describe_topic(name)
             tps = [TopicPartition(name, p.partition) for p in description.partitions]
             return (
@@ -131,7 +131,7 @@ def topic_delete(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Delete a topic and all its data."""
 
     async def go() -> None:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             await admin.delete_topic(name)
 
     run(go)
@@ -150,7 +150,7 @@ def topic_add_partitions(
     a key may hash to another partition afterwards."""
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.add_partitions(name, total)
 
     description = run(go)
@@ -186,7 +186,7 @@ def topic_alter(
         fail("give at least one of --retention, --retention-bytes, --segment-bytes, --segment-ms")
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.alter_topic(name, **changes)
 
     run(go)
