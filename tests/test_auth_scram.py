@@ -160,3 +160,16 @@ def test_authorizer_rules() -> None:
     assert [r.principal for r in state.acls] == ["*"]
     with pytest.raises(AuthenticationError, match="no longer exists"):
         authz.check("alice", "produce", "pub")
+
+
+def test_spark_source_user_and_password_options() -> None:
+    from spark_source.options import OptionError, parse_options
+
+    options = parse_options({"topic": "t", "user": "alice", "password": "s3cret"})
+    credentials = options.credentials()
+    assert credentials is not None and credentials.username == "alice"
+    assert options.login() == {"username": "alice", "password": "s3cret"}
+    assert "s3cret" not in repr(options) and "s3cret" not in repr(credentials)
+    assert parse_options({"topic": "t"}).credentials() is None
+    with pytest.raises(OptionError, match="go together"):
+        parse_options({"topic": "t", "user": "alice"})
