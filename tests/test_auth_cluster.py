@@ -1,5 +1,5 @@
 """Users and ACLs on a real 3-node cluster (processes, sockets), through the native client and
-real Kafka clients (kafka-python, confluent-kafka) over SASL/SCRAM-SHA-256.
+real Kafka clients (kafka-python, confluent-kafka, aiokafka) over SASL/SCRAM-SHA-256.
 
 The tests share one cluster and run in file order: the first creates the users (the cluster
 is open until then), the later ones rely on them.
@@ -34,6 +34,7 @@ from tests.cluster_fixture import ClusterHandle, run_sync, start_cluster
 confluent_kafka = pytest.importorskip("confluent_kafka")
 ck_admin = pytest.importorskip("confluent_kafka.admin")
 kafka = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -260,6 +261,22 @@ def test_kafka_clients_authenticate_with_scram_and_acls_apply(cluster: ClusterHa
     with pytest.raises(kafka.errors.KafkaError):  # wrong password: SaslAuthenticationFailed
         _kafka_python_producer(cluster, ("writer", "wrong")).send(DATA, b"x").get(timeout=10)
 
+    async def with_aiokafka() -> None:
+        producer = aiokafka.AIOKafkaProducer(
+            bootstrap_servers=cluster.kafka_bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-256",
+            sasl_plain_username=WRITER[0],
+            sasl_plain_password=WRITER[1],
+        )
+        await producer.start()
+        try:
+            await producer.send_and_wait(DATA, b"via aiokafka", partition=0)
+        finally:
+            await producer.stop()
+
+    run_sync(with_aiokafka())
+
     # confluent-kafka: the reader consumes what kafka-python wrote, and may not produce.
     consumer = confluent_kafka.Consumer(
         _confluent(
@@ -272,13 +289,13 @@ def test_kafka_clients_authenticate_with_scram_and_acls_apply(cluster: ClusterHa
     try:
         consumer.assign([confluent_kafka.TopicPartition(DATA, 0, before)])
         deadline = time.monotonic() + 30
-        while not got and time.monotonic() < deadline:
+        while len(got) < 2 and time.monotonic() < deadline:
             message = consumer.poll(1.0)
             if message is not None and message.error() is None:
                 got.append(message.value())
     finally:
         consumer.close()
-    assert got == [b"via kafka-python"]
+    assert got == [b"via kafka-python", b"via aiokafka"]
 
     errors: list[object] = []
     refused = confluent_kafka.Producer(
@@ -298,7 +315,7 @@ def test_kafka_clients_authenticate_with_scram_and_acls_apply(cluster: ClusterHa
     assert (
         refused_create.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED
     )
-    assert run_sync(end_offset(cluster, DATA)) == before + 1  # only kafka-python's record
+    assert run_sync(end_offset(cluster, DATA)) == before + 2  # nothing from the reader
 
 
 def test_users_and_acls_survive_leader_kill_and_full_restart(cluster: ClusterHandle) -> None:
@@ -307,7 +324,7 @@ def test_users_and_acls_survive_leader_kill_and_full_restart(cluster: ClusterHan
             return (await admin.cluster_status()).metadata_leader
 
     async def still_enforced() -> None:
-        assert len(await read_all(cluster, READER, DATA, 3)) == 3
+        assert len(await read_all(cluster, READER, DATA, 4)) == 4
         with pytest.raises(AuthenticationError):
             async with Admin(cluster.bootstrap, username="reader", password="wrong"):
                 pass
