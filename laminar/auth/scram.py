@@ -86,7 +86,12 @@ def make_credential(
     if not password:
         raise ValueError("the password must not be empty")
     salt = os.urandom(16) if salt is None else salt
-    salted = salted_password(password, salt, iterations)
+    return credential_from_salted(salt, iterations, salted_password(password, salt, iterations))
+
+
+def credential_from_salted(salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+    """The stored credential from a SaltedPassword (what Kafka's AlterUserScramCredentials
+    sends); AuthenticationError if it is out of bounds."""
     client_key = _hmac(salted, b"Client Key")
     credential = ScramCredential(
         salt, iterations, hashlib.sha256(client_key).digest(), _hmac(salted, b"Server Key")

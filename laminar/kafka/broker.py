@@ -19,6 +19,7 @@ from laminar.transport import split_address
 
 if TYPE_CHECKING:
     from laminar.auth.acl import Authorizer
+    from laminar.auth.admin import AuthAdmin
     from laminar.groups.service import GroupService
     from laminar.node.node import Node
 
@@ -64,6 +65,10 @@ class NodeBroker:
     @property
     def authorizer(self) -> Authorizer:
         return self._node.authorizer
+
+    @property
+    def auth_admin(self) -> AuthAdmin:
+        return self._node.auth_admin
 
     @property
     def groups(self) -> GroupService:

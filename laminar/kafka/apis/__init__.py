@@ -33,6 +33,7 @@ from laminar.kafka.apis import (
     sasl_authenticate,
     sasl_handshake,
     sync_group,
+    user_scram_credentials,
 )
 
 MODULES = [
@@ -75,3 +76,5 @@ def register(api: Api) -> None:
 
 for _module in MODULES:
     register(_module.API)
+register(user_scram_credentials.DESCRIBE_API)
+register(user_scram_credentials.ALTER_API)
