@@ -350,6 +350,72 @@ def test_kafka_admin_manages_scram_users(cluster: ClusterHandle) -> None:
     assert "other" not in root.describe_user_scram_credentials().result(timeout=20)
 
 
+def test_kafka_admin_manages_acls(cluster: ClusterHandle) -> None:
+    """CreateAcls / DescribeAcls / DeleteAcls through confluent-kafka, enforced natively."""
+    k = ck_admin
+    write_ops_1 = k.AclBinding(
+        k.ResourceType.TOPIC,
+        "ops-1",
+        k.ResourcePatternType.LITERAL,
+        "User:ops",
+        "*",
+        k.AclOperation.WRITE,
+        k.AclPermissionType.ALLOW,
+    )
+    deny = k.AclBinding(
+        k.ResourceType.TOPIC,
+        "ops-1",
+        k.ResourcePatternType.LITERAL,
+        "User:ops",
+        "*",
+        k.AclOperation.READ,
+        k.AclPermissionType.DENY,
+    )
+    root = k.AdminClient(_confluent(ROOT, cluster))
+    created = root.create_acls([write_ops_1, deny])
+    created[write_ops_1].result(timeout=20)
+    with pytest.raises(confluent_kafka.KafkaException, match="only allow"):
+        created[deny].result(timeout=20)
+    reader = k.AdminClient(_confluent(READER, cluster))
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        reader.create_acls([write_ops_1])[write_ops_1].result(timeout=20)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.CLUSTER_AUTHORIZATION_FAILED
+
+    ops_filter = k.AclBindingFilter(
+        k.ResourceType.ANY,
+        None,
+        k.ResourcePatternType.ANY,
+        "User:ops",
+        None,
+        k.AclOperation.ANY,
+        k.AclPermissionType.ANY,
+    )
+    found = root.describe_acls(ops_filter).result(timeout=20)
+    assert sorted((b.name, b.resource_pattern_type.name, b.operation.name) for b in found) == [
+        ("ops-", "PREFIXED", "ALTER"),
+        ("ops-1", "LITERAL", "WRITE"),
+    ]
+
+    async def ops_produces() -> None:
+        async with Producer(cluster.bootstrap, linger_ms=1, **login(OPS)) as producer:
+            await producer.send_and_wait("ops-1", b"by ops", partition=0)
+
+    run_sync(ops_produces())  # the rule made through Kafka applies on the native port
+    write_filter = k.AclBindingFilter(
+        k.ResourceType.TOPIC,
+        "ops-1",
+        k.ResourcePatternType.MATCH,
+        "User:ops",
+        "*",
+        k.AclOperation.WRITE,
+        k.AclPermissionType.ALLOW,
+    )
+    deleted = root.delete_acls([write_filter])[write_filter].result(timeout=20)
+    assert [(b.name, b.operation.name) for b in deleted] == [("ops-1", "WRITE")]
+    with pytest.raises(AuthorizationError):
+        run_sync(ops_produces())
+
+
 def test_users_and_acls_survive_leader_kill_and_full_restart(cluster: ClusterHandle) -> None:
     async def leader() -> int:
         async with Admin(cluster.bootstrap, **login(ROOT)) as admin:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
+    acls,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -77,4 +78,7 @@ def register(api: Api) -> None:
 for _module in MODULES:
     register(_module.API)
 register(user_scram_credentials.DESCRIBE_API)
+register(acls.DESCRIBE_API)
+register(acls.CREATE_API)
+register(acls.DELETE_API)
 register(user_scram_credentials.ALTER_API)
