@@ -227,3 +227,40 @@ async def test_kafka_sasl_handshake_and_authenticate_states() -> None:
     assert refused["error_code"] == errors.SASL_AUTHENTICATION_FAILED
     assert "wrong password" in refused["error_message"]
     assert session.closing and session.principal is None
+
+
+def test_kafka_acl_bindings_map_one_to_one_and_filter_like_kafka() -> None:
+    from laminar.kafka import acl_bindings as kb
+
+    rules = [
+        AclRule("alice", "topic", "orders", "produce"),
+        AclRule("alice", "prefix", "logs.", "consume"),
+        AclRule("*", "any", "", "admin"),
+    ]
+    for rule in rules:
+        binding = kb.binding_of(rule)
+        creation = {**binding, "resource_pattern_type": binding["pattern_type"]}
+        assert kb.rule_of(creation) == rule  # reads back as written
+    bindings = [kb.binding_of(r) for r in rules]
+    any_filter = {
+        "resource_type_filter": kb.RESOURCE_ANY,
+        "resource_name_filter": None,
+        "pattern_type_filter": kb.PATTERN_ANY,
+        "principal_filter": None,
+        "host_filter": None,
+        "operation": kb.OPERATION_ANY,
+        "permission_type": kb.PERMISSION_ANY,
+    }
+    assert all(kb.matches(any_filter, b) for b in bindings)
+    match_logs = {**any_filter, "resource_name_filter": "logs.app", "pattern_type_filter": 2}
+    assert [kb.matches(match_logs, b) for b in bindings] == [False, True, True]
+    literal_orders = {**any_filter, "resource_name_filter": "orders", "pattern_type_filter": 3}
+    assert [kb.matches(literal_orders, b) for b in bindings] == [True, False, False]
+    alice_reads = {**any_filter, "principal_filter": "User:alice", "operation": 3}
+    assert [kb.matches(alice_reads, b) for b in bindings] == [False, True, False]
+    deny = {**bindings[0], "resource_pattern_type": 3, "permission_type": 2}
+    with pytest.raises(InvalidRequestError, match="only allow"):
+        kb.rule_of(deny)
+    group = {**bindings[0], "resource_pattern_type": 3, "resource_type": 3}
+    with pytest.raises(InvalidRequestError, match="topics only"):
+        kb.rule_of(group)
