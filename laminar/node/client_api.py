@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from laminar.auth.native import NativeAuth, Session
+from laminar.auth.native import NativeAuth
+from laminar.auth.session import Session
 from laminar.errors import (
     InvalidRequestError,
     LaminarError,
