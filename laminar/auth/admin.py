@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laminar.auth.scram import ScramCredential
-from laminar.auth.state import AclRule, AuthState, validate_user_name
+from laminar.auth.state import WILDCARD, AclRule, AuthState, validate_user_name
 from laminar.errors import AuthenticationError, InvalidRequestError
 
 Propose = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -54,6 +54,9 @@ class AuthAdmin:
         await self.propose({"op": "delete_user", "name": name})
 
     async def add_acl(self, rule: AclRule) -> None:
+        """A rule for a user (who must exist; a deleted user's rules go with it) or ``*``."""
+        if rule.principal != WILDCARD and rule.principal not in self.state().users:
+            raise InvalidRequestError(f"unknown user {rule.principal!r}: create the user first")
         await self.propose({"op": "add_acl", "rule": rule.to_json()})
 
     async def remove_acl(self, rule: AclRule) -> None:

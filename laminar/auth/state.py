@@ -169,6 +169,8 @@ class AuthState:
             return name
         rule = AclRule.from_json(command.get("rule"))
         if op == "add_acl":
+            if rule.principal != WILDCARD and rule.principal not in self.users:
+                raise InvalidRequestError(f"unknown user {rule.principal!r}: create the user first")
             if rule not in self.acls:
                 self.acls.append(rule)
                 self.acls.sort()
