@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -228,9 +229,7 @@ def test_dead_letters_are_copied_with_the_internal_user(cluster: ClusterHandle) 
     run_sync(scenario())
 
 
-def _kafka_python_producer(
-    cluster: ClusterHandle, user: tuple[str, str], block_ms: int = 10_000
-) -> object:
+def _kafka_python_producer(cluster: ClusterHandle, user: tuple[str, str]) -> Any:
     return kafka.KafkaProducer(
         bootstrap_servers=cluster.kafka_bootstrap.split(","),
         security_protocol="SASL_PLAINTEXT",
@@ -238,7 +237,7 @@ def _kafka_python_producer(
         sasl_plain_username=user[0],
         sasl_plain_password=user[1],
         request_timeout_ms=10_000,
-        max_block_ms=block_ms,
+        max_block_ms=10_000,
     )
 
 
@@ -260,22 +259,27 @@ def test_kafka_clients_authenticate_with_scram_and_acls_apply(cluster: ClusterHa
         producer.send(DATA, b"via kafka-python", partition=0).get(timeout=20)
     finally:
         producer.close()
-    with pytest.raises(kafka.errors.KafkaError):  # wrong password: SaslAuthenticationFailed
-        _kafka_python_producer(cluster, ("writer", "wrong"), 3000).send(DATA, b"x").get(timeout=5)
 
     async def with_aiokafka() -> None:
-        producer = aiokafka.AIOKafkaProducer(
-            bootstrap_servers=cluster.kafka_bootstrap,
-            security_protocol="SASL_PLAINTEXT",
-            sasl_mechanism="SCRAM-SHA-256",
-            sasl_plain_username=WRITER[0],
-            sasl_plain_password=WRITER[1],
-        )
-        await producer.start()
+        def producer(password: str) -> Any:
+            return aiokafka.AIOKafkaProducer(
+                bootstrap_servers=cluster.kafka_bootstrap,
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="SCRAM-SHA-256",
+                sasl_plain_username=WRITER[0],
+                sasl_plain_password=password,
+            )
+
+        wrong = producer("wrong")  # SASL_AUTHENTICATION_FAILED: no node lets it bootstrap
+        with pytest.raises(aiokafka.errors.KafkaConnectionError):
+            await wrong.start()
+        await wrong.stop()
+        right = producer(WRITER[1])
+        await right.start()
         try:
-            await producer.send_and_wait(DATA, b"via aiokafka", partition=0)
+            await right.send_and_wait(DATA, b"via aiokafka", partition=0)
         finally:
-            await producer.stop()
+            await right.stop()
 
     run_sync(with_aiokafka())
 
