@@ -199,6 +199,20 @@ def cli(
     )
 
 
+def test_spark_source_plans_with_user_and_password(cluster: ClusterHandle) -> None:
+    """The driver side of the Spark source (no JVM needed): its user/password options."""
+    from spark_source.cluster_io import snapshot
+    from spark_source.options import parse_options
+
+    options = {"bootstrap": cluster.bootstrap, "topic": DATA}
+    planned, _ = snapshot(parse_options({**options, "user": READER[0], "password": READER[1]}))
+    assert planned.latest[(DATA, 0)] == run_sync(end_offset(cluster, DATA))
+    with pytest.raises(AuthenticationError):
+        snapshot(parse_options(options))
+    with pytest.raises(AuthenticationError, match="wrong password"):
+        snapshot(parse_options({**options, "user": READER[0], "password": "wrong"}))
+
+
 def test_dead_letters_are_copied_with_the_internal_user(cluster: ClusterHandle) -> None:
     """A queue leader copies rejected messages to the dead-letter topic through the client
     port (creating it): it authenticates as the nodes' internal user."""
