@@ -103,8 +103,8 @@ class AclRule:
 class AuthState:
     users: dict[str, User] = field(default_factory=dict)
     acls: list[AclRule] = field(default_factory=list)
-    internal_secret: str = ""
-    _internal: ScramCredential | None = None
+    internal_secret: str = field(default="", repr=False)
+    _internal: ScramCredential | None = field(default=None, repr=False, compare=False)
 
     @property
     def required(self) -> bool:
