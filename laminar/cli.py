@@ -301,6 +301,21 @@ def node_start(
             "(DiskFullError) until space is freed."
         ),
     ] = "256MiB",
+    metadata_checkpoint_commands: Annotated[
+        int,
+        typer.Option(
+            help="The metadata leader checkpoints the metadata state after this many "
+            "commands (the metadata log is then cut below the checkpoint).",
+            min=1,
+        ),
+    ] = 10_000,
+    metadata_checkpoint_bytes: Annotated[
+        str,
+        typer.Option(
+            help="... or after this many bytes of metadata commands (at least twice the "
+            "last checkpoint's size)."
+        ),
+    ] = "16MiB",
     max_requests_per_connection: Annotated[
         int,
         typer.Option(
@@ -426,6 +441,8 @@ def node_start(
             shutdown_handoff_ms=int(shutdown_handoff * 1000),
             reap_after_ms=int(reap_after * 1000),
             min_free_bytes=min_free,
+            metadata_checkpoint_commands=metadata_checkpoint_commands,
+            metadata_checkpoint_bytes=parse_size(metadata_checkpoint_bytes),
             max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,

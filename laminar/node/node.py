@@ -166,6 +166,8 @@ class Node:
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
+            apply_gap=self.metadata_service.apply_gap,
+            roll_at_control=True,
             topic="__metadata",
         )
         self.identity.metadata_start = self.metadata.raft.last_index
@@ -186,6 +188,7 @@ class Node:
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
             asyncio.create_task(self.disk.watch(), name="disk-space"),
+            asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
         ]
         self.spawn(self._register())
         log.info(
