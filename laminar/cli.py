@@ -1107,6 +1107,21 @@ def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()
             [f.topic, str(f.partition), str(f.node_id), f.state, f.error] for f in status.faults
         ]
         parts.append(render_table(rows))
+    if status.metadata_log:
+        parts += ["", "metadata log (starts at its newest durable checkpoint once cut)"]
+        rows = [["NODE", "START", "END", "CHECKPOINT", "APPLIED", "SIZE"]]
+        rows += [
+            [
+                str(m.node_id),
+                str(m.start_offset),
+                str(m.end_offset),
+                str(m.checkpoint) if m.checkpoint >= 0 else "-",
+                str(m.applied),
+                format_size(m.size_bytes),
+            ]
+            for m in status.metadata_log
+        ]
+        parts.append(render_table(rows))
     return "\n".join(parts)
 
 

@@ -39,6 +39,9 @@ from laminar.segment import compression
 FORMAT = 1
 CHECKPOINT_KEY = struct.pack(">H", 0x4D43)
 """Key of a checkpoint batch's record (a control batch: its kind; not a Raft core kind)."""
+METADATA_MAX_BATCH = 16 * 1024 * 1024
+"""Batch limit of the metadata log: room for a checkpoint (compressed; ~0.2 MB at 10,000
+partitions), within the peer frame's 64 MiB payload and the 64 MiB a reader inflates."""
 
 
 def snapshot(state: MetadataState) -> dict[str, Any]:

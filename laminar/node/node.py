@@ -36,6 +36,7 @@ from laminar.node.metadata import (
     TopicSettings,
     group_id,
 )
+from laminar.node.metadata_checkpoint import METADATA_MAX_BATCH
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.metrics import RequestStats
 from laminar.node.observability import Observability
@@ -162,7 +163,7 @@ class Node:
             METADATA_GROUP,
             self.node_id,
             metadata_dir,
-            LogConfig(retention_ms=None, max_batch_bytes=self.config.max_batch_bytes),
+            LogConfig(retention_ms=None, max_batch_bytes=METADATA_MAX_BATCH),
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
