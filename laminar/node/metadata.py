@@ -379,13 +379,16 @@ def _assigned(replicas: list[int], index: int) -> PartitionAssignment:
 
 def remembered(result: Any) -> Any:
     """What the state machine keeps of a command's result for a retry: a JSON value (a topic by
-    name and id only: a big topic restated per remembered request would bloat checkpoints)."""
+    name and id only, a partition's assignment not at all: restating them per remembered
+    request would bloat checkpoints; no proposer reads them)."""
     if isinstance(result, Topic):
         return {"name": result.name, "topic_id": result.topic_id}
     if result is None or isinstance(result, int | str):
         return result
+    if isinstance(result, PartitionAssignment):  # set_leader and moves: it moves on anyway
+        return None
     try:
-        return json.loads(encode_command(asdict(result)))
+        return json.loads(encode_command(result if isinstance(result, dict) else asdict(result)))
     except TypeError:
         return None
 

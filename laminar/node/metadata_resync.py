@@ -35,8 +35,9 @@ def assigned_replicas(node: Node) -> dict[int, tuple[Topic, int, int]]:
     return wanted
 
 
-def resync(node: Node, known_nodes: dict[int, NodeInfo]) -> None:
-    """Make this node's replicas, moves and peers follow ``node.state`` (just rebuilt)."""
+def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
+    """Make this node's replicas, moves and peers follow ``node.state`` (just rebuilt from
+    the checkpoint at offset ``at``)."""
     state, me = node.state, node.node_id
     for node_id, info in state.nodes.items():
         if node_id != me:
@@ -67,7 +68,8 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo]) -> None:
         if assignment.adding == me and assignment.move_id and not assignment.target_ready:
             started = {"topic_id": topic.topic_id, "partition": partition}
             started["request_id"] = assignment.move_id
-            node.spawn(node._report_move_target_ready(started, origin))
+            # Said once the checkpoint, which holds the start_move, is durable here.
+            node.spawn(node._report_move_target_ready(started, max(origin, at)))
     for group in list(node.amnesia.gated):
         incident = node.amnesia.incident(group)
         replica = node.runtime.replicas.get(group)

@@ -309,7 +309,7 @@ class MetadataService:
                 self.partial = False
                 log.info("metadata state rebuilt from a checkpoint", index=entry.index)
                 try:
-                    resync(self.node, known_nodes)
+                    resync(self.node, known_nodes, entry.index)
                 except Exception:
                     log.exception("acting on a metadata checkpoint failed", index=entry.index)
         except LaminarError:
