@@ -158,8 +158,10 @@ async def test_metadata_log_is_bounded_and_lagging_and_new_nodes_start_from_a_ch
                 return row is not None and row.start_offset >= first_kept and row.applied > 0
 
             await eventually("node 3 was reset to a checkpoint", node3_rebuilt, 60)
-            assert log_events(cluster.nodes[3].log_path, "metadata state rebuilt from a checkpoint")
-            assert log_events(cluster.nodes[3].log_path, "metadata command skipped") == 0
+            log3 = cluster.nodes[3].log_path
+            rebuilt = "metadata state rebuilt from a checkpoint"
+            await eventually("node 3 logs its rebuild", lambda: log_events(log3, rebuilt))
+            assert log_events(log3, "metadata command skipped") == 0
             want = await assigned(admin, 3)
             assert ("before", 0) in want and not any(t.startswith("gone") for t, _ in want)
 
@@ -218,7 +220,7 @@ async def test_metadata_log_is_bounded_and_lagging_and_new_nodes_start_from_a_ch
 
         await eventually("node 4 has the metadata", knows_everything, 60)
         async with Admin(client4) as admin:
-            assert log_events(log4, "metadata state rebuilt from a checkpoint")
+            await eventually("node 4 logs its rebuild", lambda: log_events(log4, rebuilt))
             await admin.create_topic("on-four", partitions=4, replication_factor=1)
             placed = await admin.describe_topic("on-four")
             mine = [p.partition for p in placed.partitions if p.replicas == (4,)]

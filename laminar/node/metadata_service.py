@@ -68,6 +68,7 @@ class MetadataService:
         leader): the history before them was never applied here, so every command is skipped
         until a checkpoint restates the whole state."""
         self.skipped = 0
+        self._check_soon = False
         """Commands skipped while ``partial`` (a log must start at a checkpoint: never > 0)."""
 
     async def propose(self, command: dict[str, Any], timeout: float = 10.0) -> Any:
@@ -257,6 +258,11 @@ class MetadataService:
         else:
             self.since_checkpoint[0] += 1
             self.since_checkpoint[1] += len(entry.data)
+            if self._leading and not self._check_soon and self.checkpoint_due():
+                # Right after this pass (not inside it: the core is mid-Ready), while the log
+                # may be fully applied; the checkpoint loop retries otherwise.
+                self._check_soon = True
+                asyncio.get_running_loop().call_soon(self._checkpoint_soon)
             try:
                 record = record_batch.decode_records(entry.data)[0]
                 command = decode_command(record.value or b"{}")
@@ -318,6 +324,18 @@ class MetadataService:
         self.checkpoint_index = entry.index
         self.checkpoint_bytes = len(entry.data)
         self.since_checkpoint = [0, 0]
+
+    @property
+    def _leading(self) -> bool:
+        replica = self.node.metadata
+        return replica is not None and replica.is_leader
+
+    def _checkpoint_soon(self) -> None:
+        self._check_soon = False
+        try:
+            self.maybe_checkpoint()
+        except Exception:
+            log.exception("metadata checkpoint failed")
 
     def checkpoint_due(self) -> bool:
         """Whether the commands (or bytes) since the last checkpoint call for a new one."""
