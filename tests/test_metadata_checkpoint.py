@@ -17,13 +17,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import time
 from pathlib import Path
 from typing import Any
 
-from laminar.errors import LaminarError
+import pytest
+
+from laminar.errors import InvalidRequestError, LaminarError
 from laminar.node import metadata_checkpoint as checkpoints
 from laminar.node.config import NodeConfig
 from laminar.node.log_storage import LogStorage
@@ -407,3 +410,22 @@ def test_checkpoint_size_and_time_at_scale() -> None:
     assert copy == state
     assert len(batch) < 4 << 20  # fits the default batch limit with room to spare
     assert elapsed < 10  # generous: a loaded 2-core machine
+
+
+def test_a_malformed_checkpoint_changes_nothing() -> None:
+    state = MetadataState()
+    state.apply_once(
+        {"op": "create_topic", "name": "a", "settings": settings(1), "replicas": [[1, 2]]}, 3
+    )
+    before = checkpoints.encode(state)
+    good = json.loads(before)
+    for bad in (
+        b"not json",
+        b"[]",
+        json.dumps({**good, "format": 99}).encode(),
+        json.dumps({**good, "topics": [["a", 1]]}).encode(),
+        json.dumps({**good, "nodes": [[1, "c"]]}).encode(),
+    ):
+        with pytest.raises(InvalidRequestError):
+            checkpoints.restore(state, bad)
+        assert checkpoints.encode(state) == before
