@@ -429,3 +429,29 @@ def test_a_malformed_checkpoint_changes_nothing() -> None:
         with pytest.raises(InvalidRequestError):
             checkpoints.restore(state, bad)
         assert checkpoints.encode(state) == before
+
+
+async def test_a_rebuilt_node_lifts_the_gate_of_a_replica_readmitted_meanwhile(
+    tmp_path: Path,
+) -> None:
+    node = metadata_node(tmp_path, 1)
+    try:
+        node.metadata_service.apply(command_entry(0, HISTORY[1]))  # b: b/1 on nodes 1 and 3
+        group = group_id(1, 1)
+        assert group in node.runtime.replicas
+        node.amnesia.lose(group)  # its log lost batches: gated until re-admitted
+        incident = node.amnesia.incident(group)
+        source = MetadataState()
+        source.apply_once(HISTORY[1], 0)
+        lost = {"op": "replica_lost", "group": group, "node": 1, "incident": incident}
+        source.apply_once({**lost, "request_id": f"lost-{incident}"}, 1)
+        assert (group, 1) in source.recovering
+        # The group re-admits it while this node's metadata lags; it misses the command.
+        source.apply_once({**lost, "op": "replica_recovered", "request_id": "rec"}, 2)
+        node.metadata_service.apply_gap(3)
+        node.metadata_service.apply(checkpoint_entry(3, source))
+        assert group not in node.amnesia.gated
+        assert set(node.runtime.replicas) == {METADATA_GROUP, group}
+    finally:
+        for replica in node.runtime.replicas.values():
+            replica.close()
