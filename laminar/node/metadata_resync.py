@@ -45,9 +45,6 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
     for node_id in known_nodes.keys() - state.nodes.keys():
         if node_id != me:
             node.peers.remove_peer(node_id)
-    registered = state.nodes.get(me)
-    if registered is not None and registered.incarnation == node.amnesia.incarnation:
-        node.amnesia.registered()
     wanted = assigned_replicas(node)
     for group, replica in list(node.runtime.replicas.items()):
         if group == METADATA_GROUP:
@@ -70,6 +67,11 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
             started["request_id"] = assignment.move_id
             # Said once the checkpoint, which holds the start_move, is durable here.
             node.spawn(node._report_move_target_ready(started, max(origin, at)))
+    # Only now: while this node's data directory counts as lost, every replica opened above
+    # was assigned before the loss as far as it can tell (amnesia.py), which is the safe side.
+    registered = state.nodes.get(me)
+    if registered is not None and registered.incarnation == node.amnesia.incarnation:
+        node.amnesia.registered()
     for group in list(node.amnesia.gated):
         incident = node.amnesia.incident(group)
         replica = node.runtime.replicas.get(group)
