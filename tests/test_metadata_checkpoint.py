@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -452,6 +453,24 @@ async def test_a_rebuilt_node_lifts_the_gate_of_a_replica_readmitted_meanwhile(
         node.metadata_service.apply(checkpoint_entry(3, source))
         assert group not in node.amnesia.gated
         assert set(node.runtime.replicas) == {METADATA_GROUP, group}
+    finally:
+        for replica in node.runtime.replicas.values():
+            replica.close()
+
+
+async def test_a_rebuilt_node_opens_many_replicas_a_few_at_a_time(tmp_path: Path) -> None:
+    source = MetadataState()
+    create = {"op": "create_topic", "name": "big", "settings": settings(100)}
+    source.apply_once({**create, "replicas": [[1, 2]] * 100}, 0)
+    node = metadata_node(tmp_path, 1)
+    try:
+        node.metadata_service.apply_gap(1)
+        node.metadata_service.apply(checkpoint_entry(1, source))
+        assert len(node.runtime.replicas) < 100  # not all in one loop iteration
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert len(node.runtime.replicas) == 1 + 100
+        assert {r.directory.name for r in node.runtime.replicas.values()} >= {"big-99.1.0"}
     finally:
         for replica in node.runtime.replicas.values():
             replica.close()

@@ -11,6 +11,7 @@ re-admitted meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     from laminar.node.node import Node
 
 log = structlog.get_logger(__name__)
+
+OPEN_AT_ONCE = 64
+"""Replicas opened in one event-loop iteration (as ``node.OPEN_AT_ONCE``)."""
 
 
 def assigned_replicas(node: Node) -> dict[int, tuple[Topic, int, int]]:
@@ -55,18 +59,52 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
             if removed is not None:
                 log.info("replica no longer assigned", topic=removed.topic, partition=group)
                 node.spawn(node._delete_files(removed))
-    for group, (topic, partition, origin) in wanted.items():
+    to_open = []
+    for group, want in wanted.items():
         replica = node.runtime.replicas.get(group)
         if replica is None:
-            node._open_partition(topic, partition, origin)
-        else:
-            replica.log.config = node._log_config(topic.settings)
+            to_open.append(want)
+            continue
+        replica.log.config = node._log_config(want[0].settings)
+        _report_if_target(node, *want, at)
+    if len(to_open) <= OPEN_AT_ONCE:
+        _open(node, to_open, at)
+        _after_opening(node)
+    else:  # a few at a time, so the event loop keeps serving meanwhile (as Node does)
+        node.spawn(_open_in_chunks(node, to_open, at))
+
+
+def _report_if_target(node: Node, topic: Topic, partition: int, origin: int, at: int) -> None:
+    """This node is a move's target that has not said it is ready: say so (once the
+    checkpoint, which holds the start_move, is durable here)."""
+    assignment = topic.partitions[partition]
+    if assignment.adding == node.node_id and assignment.move_id and not assignment.target_ready:
+        started = {"topic_id": topic.topic_id, "partition": partition}
+        started["request_id"] = assignment.move_id
+        node.spawn(node._report_move_target_ready(started, max(origin, at)))
+
+
+def _open(node: Node, replicas: list[tuple[Topic, int, int]], at: int) -> None:
+    me = node.node_id
+    for topic, partition, origin in replicas:
+        if node.state.topics.get(topic.name) is not topic:
+            continue  # deleted, or the state was rebuilt again, meanwhile
         assignment = topic.partitions[partition]
-        if assignment.adding == me and assignment.move_id and not assignment.target_ready:
-            started = {"topic_id": topic.topic_id, "partition": partition}
-            started["request_id"] = assignment.move_id
-            # Said once the checkpoint, which holds the start_move, is durable here.
-            node.spawn(node._report_move_target_ready(started, max(origin, at)))
+        if assignment.origins.get(me, -1) != origin:
+            continue  # moved away meanwhile (or moved back: reconciled by that command)
+        node._open_partition(topic, partition, origin)
+        _report_if_target(node, topic, partition, origin, at)
+
+
+async def _open_in_chunks(node: Node, replicas: list[tuple[Topic, int, int]], at: int) -> None:
+    for start in range(0, len(replicas), OPEN_AT_ONCE):
+        _open(node, replicas[start : start + OPEN_AT_ONCE], at)
+        await asyncio.sleep(0)
+    _after_opening(node)
+
+
+def _after_opening(node: Node) -> None:
+    state, me = node.state, node.node_id
     # Only now: while this node's data directory counts as lost, every replica opened above
     # was assigned before the loss as far as it can tell (amnesia.py), which is the safe side.
     registered = state.nodes.get(me)
