@@ -347,8 +347,20 @@ async def test_a_node_starting_from_a_checkpoint_rebuilds_and_hosts_its_replicas
         node.metadata_service.apply_gap(at - 1)
         node.metadata_service.apply(command_entry(at - 1, HISTORY[-1]))
         assert node.metadata_service.skipped == 1 and not node.state.topics  # not applied
+        # A replica directory of a topic deleted while this node lagged, never reopened.
+        orphan = tmp_path / "n1" / "partitions" / "a-0.1.0"
+        (orphan / "log").mkdir(parents=True)
+        # One assigned after the checkpoint (its origin, 99, is later): the log replays that
+        # assignment next (a restart from this node's own checkpoint), so it stays.
+        later = tmp_path / "n1" / "partitions" / "d-0.4.99"
+        (later / "log").mkdir(parents=True)
         node.metadata_service.apply(checkpoint_entry(at, source))
         assert checkpoints.encode(node.state) == checkpoints.encode(source)
+        for _ in range(100):
+            if not orphan.exists():
+                break
+            await asyncio.sleep(0.02)
+        assert not orphan.exists() and later.exists()
         assert not node.metadata_service.partial
         follow = {"op": "move_target_ready", "topic_id": 2, "partition": 0, "to": 1}
         node.metadata_service.apply(command_entry(at + 1, {**follow, "move_id": "mv"}))

@@ -12,6 +12,7 @@ re-admitted meanwhile.
 from __future__ import annotations
 
 import asyncio
+import shutil
 from typing import TYPE_CHECKING
 
 import structlog
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
     from laminar.node.node import Node
 
 log = structlog.get_logger(__name__)
+
+PARTITIONS_DIR = "partitions"
+"""Where ``Node.partition_dir`` puts replica directories, under the data directory."""
 
 OPEN_AT_ONCE = 64
 """Replicas opened in one event-loop iteration (as ``node.OPEN_AT_ONCE``)."""
@@ -50,15 +54,18 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
         if node_id != me:
             node.peers.remove_peer(node_id)
     wanted = assigned_replicas(node)
+    keep = {node.partition_dir(*want).name for want in wanted.values()}
+    busy = set(keep)  # and those being deleted below
     for group, replica in list(node.runtime.replicas.items()):
         if group == METADATA_GROUP:
             continue
-        want = wanted.get(group)
-        if want is None or replica.directory != node.partition_dir(*want):
+        if replica.directory.name not in keep:
             removed = node.runtime.remove(group)
             if removed is not None:
+                busy.add(removed.directory.name)
                 log.info("replica no longer assigned", topic=removed.topic, partition=group)
                 node.spawn(node._delete_files(removed))
+    _delete_orphans(node, busy, at)
     to_open = []
     for group, want in wanted.items():
         replica = node.runtime.replicas.get(group)
@@ -72,6 +79,29 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
         _after_opening(node)
     else:  # a few at a time, so the event loop keeps serving meanwhile (as Node does)
         node.spawn(_open_in_chunks(node, to_open, at))
+
+
+def _delete_orphans(node: Node, busy: set[str], at: int) -> None:
+    """Delete replica directories nothing assigns any more that are not open either: this
+    node may have missed the command removing one before it reopened it (a restart reset by
+    the leader before replaying that far). Only those assigned at or before the checkpoint
+    (their origin, the name's last part): one assigned after it is not in this state yet and
+    the log replays its assignment next (a restart from this node's own checkpoint); one
+    assigned before it and not in it was removed for good (a later assignment gets a later
+    origin)."""
+    root = node.config.data_dir / PARTITIONS_DIR
+    if not root.is_dir():
+        return
+    hosted = {replica.directory.name for replica in node.runtime.replicas.values()}
+    for entry in root.iterdir():
+        if entry.name in busy or entry.name in hosted or not entry.is_dir():
+            continue
+        origin = entry.name.rsplit(".", 1)[-1]
+        if not origin.isdigit() or int(origin) > at:
+            continue
+        log.info("deleting a replica directory no longer assigned", directory=entry.name)
+        node.amnesia.forget(entry.name)
+        node.spawn(asyncio.to_thread(shutil.rmtree, entry, True))
 
 
 def _report_if_target(node: Node, topic: Topic, partition: int, origin: int, at: int) -> None:
