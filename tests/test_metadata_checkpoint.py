@@ -449,22 +449,31 @@ async def test_a_rebuilt_node_lifts_the_gate_of_a_replica_readmitted_meanwhile(
 ) -> None:
     node = metadata_node(tmp_path, 1)
     try:
-        node.metadata_service.apply(command_entry(0, HISTORY[1]))  # b: b/1 on nodes 1 and 3
-        group = group_id(1, 1)
-        assert group in node.runtime.replicas
+        source = MetadataState()
+        for index, command in enumerate(HISTORY[:2]):  # a/0, a/2 and b/1 on node 1
+            node.metadata_service.apply(command_entry(index, command))
+            source.apply_once(command, index)
+        group, other = group_id(2, 1), group_id(1, 0)
+        assert {group, other} <= set(node.runtime.replicas)
         node.amnesia.lose(group)  # its log lost batches: gated until re-admitted
         incident = node.amnesia.incident(group)
-        source = MetadataState()
-        source.apply_once(HISTORY[1], 0)
         lost = {"op": "replica_lost", "group": group, "node": 1, "incident": incident}
-        source.apply_once({**lost, "request_id": f"lost-{incident}"}, 1)
+        source.apply_once({**lost, "request_id": f"lost-{incident}"}, 2)
         assert (group, 1) in source.recovering
         # The group re-admits it while this node's metadata lags; it misses the command.
-        source.apply_once({**lost, "op": "replica_recovered", "request_id": "rec"}, 2)
-        node.metadata_service.apply_gap(3)
-        node.metadata_service.apply(checkpoint_entry(3, source))
+        source.apply_once({**lost, "op": "replica_recovered", "request_id": "rec"}, 3)
+        # Another replica's loss was never recorded (or its request id is long forgotten).
+        node.amnesia.lose(other)
+        node.metadata_service.apply_gap(4)
+        node.metadata_service.apply(checkpoint_entry(4, source))
         assert group not in node.amnesia.gated
-        assert set(node.runtime.replicas) == {METADATA_GROUP, group}
+        assert set(node.runtime.replicas) == {METADATA_GROUP, group, other, group_id(1, 2)}
+        # That one stays gated, and its loss is reported (again) for its group to re-admit it.
+        assert other in node.amnesia.gated
+        reports = [t for t in node._background if "report_lost" in t.get_coro().__qualname__]
+        assert reports
+        for task in reports:
+            task.cancel()
     finally:
         for replica in node.runtime.replicas.values():
             replica.close()

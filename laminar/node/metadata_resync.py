@@ -143,11 +143,13 @@ def _after_opening(node: Node) -> None:
     for group in list(node.amnesia.gated):
         incident = node.amnesia.incident(group)
         replica = node.runtime.replicas.get(group)
-        if (
-            replica is not None
-            and incident
-            and (group, me) not in state.recovering
-            and f"lost-{incident}" in state.outcomes
-        ):  # its loss was recorded, and is no longer: the group re-admitted it
+        if replica is None or not incident or (group, me) in state.recovering:
+            continue  # its re-admission is pending: replica_recovered lifts the gate
+        if f"lost-{incident}" in state.outcomes:
+            # Its loss was recorded, and is no longer: the group re-admitted it.
             node.amnesia.recovered(group, incident, replica.raft.term)
+        else:
+            # Not recorded yet, or so long ago the request id is forgotten (then recording
+            # it again has the group re-admit it again): report it (again; idempotent).
+            node.spawn(node.readmission.report_lost(replica))
     node.groups.topics_changed()
