@@ -45,12 +45,17 @@ def batch_to_entry(view: memoryview) -> Entry:
 
 
 class LogStorage:
-    """Implements the Raft core's Storage protocol over a PartitionLog."""
+    """Implements the Raft core's Storage protocol over a PartitionLog.
 
-    __slots__ = ("log", "producers")
+    With ``roll_at_control`` (the metadata group) a NORMAL control batch, a metadata
+    checkpoint, starts a new segment, so deleting the segments below a checkpoint leaves a
+    log that starts exactly at it (``metadata_checkpoint``)."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    __slots__ = ("log", "producers", "roll_at_control")
+
+    def __init__(self, log: PartitionLog, roll_at_control: bool = False) -> None:
         self.log = log
+        self.roll_at_control = roll_at_control
         self.producers = ProducerTable()
         self.producers.rebuild(log)
 
@@ -81,6 +86,10 @@ class LogStorage:
             if entry.kind != EntryKind.NORMAL:
                 log.append_stamped(control_entry_batch(entry))
                 continue
+            if self.roll_at_control and record_batch.is_control(
+                record_batch.read_header(entry.data)
+            ):
+                log.roll()
             # The log stamps base offset (its end, which Raft made equal to entry.index) and
             # term while writing, so the batch bytes are never copied here.
             base, _ = log.append(entry.data, term=entry.term)
