@@ -48,7 +48,14 @@ DATA = "data"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    handle = start_cluster(tmp_path_factory.mktemp("auth"), 3, kafka=True)
+    # Checkpoints every 10 metadata commands: the logs are cut below them, so the restarts
+    # below rebuild users and rules from a checkpoint (laminar/node/metadata_checkpoint.py).
+    handle = start_cluster(
+        tmp_path_factory.mktemp("auth"),
+        3,
+        kafka=True,
+        extra_args=["--metadata-checkpoint-commands", "10"],
+    )
     try:
         yield handle
     finally:

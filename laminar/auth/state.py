@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laminar.auth.scram import ScramCredential, make_credential
-from laminar.errors import AuthenticationError, InvalidRequestError
+from laminar.errors import AuthenticationError, InvalidRequestError, LaminarError
 
 USER_OPS = ("create_user", "alter_user", "delete_user")
 ACL_OPS = ("add_acl", "remove_acl")
@@ -139,6 +139,37 @@ class AuthState:
 
     def exists(self, name: str) -> bool:
         return name in self.users or (name == INTERNAL_USER and bool(self.internal_secret))
+
+    # checkpoints (laminar/node/metadata_checkpoint.py) ----------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The state as canonical JSON: users in table order (every node inserts in log order),
+        rules sorted, the internal secret."""
+        return {
+            "users": [[u.name, u.credential.to_json(), u.superuser] for u in self.users.values()],
+            "acls": [[r.principal, r.kind, r.name, r.operation] for r in self.acls],
+            "secret": self.internal_secret,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> AuthState:
+        """A state restated by ``to_json`` (None: a checkpoint from before users existed);
+        ValueError if malformed."""
+        if value is None:
+            return cls()
+        try:
+            users = {
+                str(name): User(str(name), ScramCredential.from_json(credential), bool(superuser))
+                for name, credential, superuser in value["users"]
+            }
+            acls = [
+                AclRule.from_json(
+                    {"principal": p, "kind": kind, "name": name, "operation": operation}
+                )
+                for p, kind, name, operation in value["acls"]
+            ]
+        except LaminarError as exc:
+            raise ValueError(str(exc)) from None
+        return cls(users, acls, str(value["secret"]))
 
     # commands ---------------------------------------------------------------------------------
     def apply(self, command: dict[str, Any]) -> Any:
