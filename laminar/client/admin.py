@@ -112,11 +112,16 @@ class Admin:
         retention_bytes: int | None = None,
         segment_bytes: int | None = None,
         segment_ms: int | None = None,
+        partitioning: str = "hash",
     ) -> TopicDescription:
         """Create a topic; TopicExistsError if it exists, NotEnoughReplicasError if too few nodes.
 
         ``retention_ms=-1`` keeps data forever; None leaves a setting at the node default.
+        ``partitioning="range"``: partitions own ranges of the key-hash space and can be split
+        and merged (``split_partition``, ``merge_partitions``) with per-key order kept.
         """
+        if partitioning not in ("hash", "range"):
+            raise InvalidRequestError(f"partitioning is hash or range, not {partitioning!r}")
         if not name:
             raise InvalidRequestError("topic name is empty")
         if partitions < 1:
@@ -133,6 +138,7 @@ class Admin:
             spec.retentionBytes = retention_bytes or 0
             spec.segmentBytes = segment_bytes or 0
             spec.segmentMs = segment_ms or 0
+            spec.partitioning = partitioning
 
         reply = await self._call(fill)
         await self.cluster.refresh_metadata()
@@ -159,6 +165,40 @@ class Admin:
             request.total = total
 
         reply = await self._call(fill)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
+    async def split_partition(
+        self, name: str, partition: int, at: int | None = None
+    ) -> TopicDescription:
+        """Split an active partition of a range topic at key hash ``at`` (default: the middle
+        of its range). The partition is sealed and two new partitions take its halves; the
+        answer comes once that is done (or after 20 s with the split still under way, as the
+        description's ``operation`` shows). Sent once: a split is not retried blindly."""
+
+        def fill(body: Any) -> None:
+            request = body.init("splitPartition")
+            request.name = name
+            request.partition = partition
+            request.at = -1 if at is None else at
+
+        return await self._operate(fill)
+
+    async def merge_partitions(self, name: str, first: int, second: int) -> TopicDescription:
+        """Merge two active partitions with adjacent ranges: both are sealed and one new
+        partition takes their union. Answered like ``split_partition``."""
+
+        def fill(body: Any) -> None:
+            request = body.init("mergePartitions")
+            request.name = name
+            request.first = first
+            request.second = second
+
+        return await self._operate(fill)
+
+    async def _operate(self, fill: Any) -> TopicDescription:
+        connection = await self.cluster.any_connection()
+        reply, _ = await connection.request(fill, timeout=self.request_timeout)
         await self.cluster.refresh_metadata()
         return topic_from_reader(reply.body.topic)
 

@@ -27,6 +27,7 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
                 "segment_ms": spec.segmentMs,
                 "retention_ms": spec.retentionMs,
                 "retention_bytes": spec.retentionBytes,
+                "partitioning": spec.partitioning,
             }
         )
         fill_topic(response.body.init("topic"), topic)
@@ -49,6 +50,15 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
         topic = await admin.alter_topic(body.name, changes)
         fill_topic(response.body.init("topic"), topic)
 
+    async def split_partition(body: Any, response: Any, _payload: memoryview) -> None:
+        name, partition, at = body.name, body.partition, body.at
+        topic = await admin.split_partition(name, partition, None if at < 0 else at)
+        fill_topic(response.body.init("topic"), topic)
+
+    async def merge_partitions(body: Any, response: Any, _payload: memoryview) -> None:
+        topic = await admin.merge_partitions(body.name, body.first, body.second)
+        fill_topic(response.body.init("topic"), topic)
+
     async def drain_node(node_id: int, response: Any, _payload: memoryview) -> None:
         await admin.drain_node(node_id)
         response.body.none = None
@@ -62,6 +72,8 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
         "deleteTopic": delete_topic,
         "addPartitions": add_partitions,
         "alterTopic": alter_topic,
+        "splitPartition": split_partition,
+        "mergePartitions": merge_partitions,
         "drainNode": drain_node,
         "undrainNode": undrain_node,
     }

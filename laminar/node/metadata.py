@@ -21,6 +21,8 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.queues import config as queue_config
+from laminar.splits import ops as split_ops
+from laminar.splits.ranges import initial_ranges
 from laminar.topic_names import validate_topic_name as validate_topic_name
 
 METADATA_GROUP = 0
@@ -43,6 +45,9 @@ class TopicSettings:
     segment_ms: int
     retention_ms: int | None
     retention_bytes: int | None
+    partitioning: str = "hash"
+    """``hash`` (crc32c(key) % partitions, fixed) or ``range`` (key-hash ranges that split
+    and merge, ``laminar.splits``)."""
 
 
 ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
@@ -65,6 +70,16 @@ class PartitionAssignment:
     created for it (``move_target_ready``). Until then the partition's leader must not add the
     target to the Raft group: the target node may still host an older replica of the group
     (one it held before, whose removal it has not applied yet), which would answer for it."""
+    range_start: int = -1
+    """Range topics: the key-hash range ``[range_start, range_end)`` (-1: hash topic)."""
+    range_end: int = -1
+    state: str = "active"
+    """Range topics: ``active``, ``pending`` (a child before its split finishes) or
+    ``sealed`` (a parent: no record is accepted, readable up to ``seal_end``)."""
+    parents: list[int] = field(default_factory=list)
+    """Range topics: the partitions this one was split or merged from (lineage)."""
+    seal_end: int = -1
+    """A sealed partition: every record lies below this offset (its seal batch's + 1)."""
 
     @property
     def moving(self) -> bool:
@@ -77,6 +92,8 @@ class Topic:
     topic_id: int
     settings: TopicSettings
     partitions: list[PartitionAssignment]
+    operation: dict[str, Any] | None = None
+    """Range topics: the split or merge in progress (``laminar.splits.ops``), else None."""
 
 
 @dataclass(slots=True)
@@ -201,6 +218,10 @@ class MetadataState:
             return self._add_partitions(command)
         if op == "alter_topic":
             return self._alter_topic(command)
+        if op in ("begin_split", "begin_merge"):
+            return split_ops.begin(self._topic(command["name"]), command, PartitionAssignment)
+        if op == "finish_op":
+            return split_ops.finish(self._topic(command["name"]), command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:
@@ -283,12 +304,19 @@ class MetadataState:
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         settings = TopicSettings(**command["settings"])
+        if settings.partitioning not in ("hash", split_ops.RANGE):
+            raise InvalidRequestError(f"partitioning is hash or range, not {settings.partitioning!r}")
         topic = Topic(
             name=name,
             topic_id=self.next_topic_id,
             settings=settings,
             partitions=[PartitionAssignment(list(r)) for r in command["replicas"]],
         )
+        if settings.partitioning == split_ops.RANGE:
+            for assignment, bounds in zip(
+                topic.partitions, initial_ranges(len(topic.partitions)), strict=True
+            ):
+                assignment.range_start, assignment.range_end = bounds
         self.next_topic_id += 1
         self.topics[name] = topic
         return topic
@@ -297,6 +325,10 @@ class MetadataState:
         """Grow a topic to ``len(replicas)`` partitions more; existing ones are untouched, so
         (as in Kafka) keys hash to other partitions from then on."""
         topic = self._topic(command["name"])
+        if topic.settings.partitioning == split_ops.RANGE:
+            raise InvalidRequestError(
+                f"topic {topic.name!r} is range-partitioned: split partitions instead"
+            )
         if command["from"] != len(topic.partitions):
             # Placed for another partition count (a concurrent add committed first).
             raise InvalidRequestError(

@@ -48,6 +48,10 @@ struct Request {
     # A share group's settings, stored cluster-wide in the metadata: any node answers.
     alterQueueConfig @22 :AlterQueueConfigRequest;
     describeQueueConfig @23 :Text;  # the group
+    # Key-range topics (laminar/splits): answered once the operation finished (or after 20 s
+    # with it still open, as the topic's ``operation`` shows).
+    splitPartition @24 :SplitPartitionRequest;
+    mergePartitions @25 :MergePartitionsRequest;
   }
 }
 
@@ -84,6 +88,27 @@ struct TopicSpec {
   segmentMs @4 :Int64;        # 0: node default
   retentionMs @5 :Int64;      # 0: node default, -1: keep forever
   retentionBytes @6 :Int64;   # 0: no size limit
+  partitioning @7 :Text;      # "hash" (or empty: fixed partitions) or "range" (split/merge)
+}
+
+struct SplitPartitionRequest {
+  name @0 :Text;
+  partition @1 :UInt32;
+  at @2 :Int64 = -1;          # the split point in the key-hash space; -1: the range's middle
+}
+
+struct MergePartitionsRequest {
+  name @0 :Text;
+  first @1 :UInt32;
+  second @2 :UInt32;          # active, with a range adjacent to the first's
+}
+
+struct TopicOperation {
+  # A split or merge in progress: parents are being sealed, children not yet active.
+  topic @0 :Text;
+  kind @1 :Text;              # split or merge
+  parents @2 :List(UInt32);
+  children @3 :List(UInt32);
 }
 
 struct AddPartitionsRequest {
@@ -110,12 +135,20 @@ struct PartitionInfo {
   partition @0 :UInt32;
   leader @1 :UInt32;          # 0: no leader known
   replicas @2 :List(UInt32);
+  # Key-range topics only (rangeStart -1 otherwise): the key-hash range [rangeStart, rangeEnd)
+  # of crc32c(key), the lineage and the seal.
+  rangeStart @3 :Int64 = -1;
+  rangeEnd @4 :Int64 = -1;
+  state @5 :Text;             # active, pending (a child being created) or sealed
+  parents @6 :List(UInt32);   # split or merged from these
+  sealEnd @7 :Int64 = -1;     # sealed: every record lies below this offset
 }
 
 struct TopicInfo {
   spec @0 :TopicSpec;
   topicId @1 :UInt32;
   partitions @2 :List(PartitionInfo);
+  operations @3 :List(TopicOperation);  # the split or merge in progress (at most one)
 }
 
 struct Metadata {
@@ -248,6 +281,7 @@ struct ClusterStatus {
   metadataLeader @2 :UInt32;
   moves @3 :List(Move);
   faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or lost state
+  operations @5 :List(TopicOperation);  # splits and merges in progress
 }
 
 # ---------------------------------------------------------------------------- consumer groups
