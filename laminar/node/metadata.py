@@ -305,7 +305,9 @@ class MetadataState:
             raise TopicExistsError(f"topic {name!r} already exists")
         settings = TopicSettings(**command["settings"])
         if settings.partitioning not in ("hash", split_ops.RANGE):
-            raise InvalidRequestError(f"partitioning is hash or range, not {settings.partitioning!r}")
+            raise InvalidRequestError(
+                f"partitioning is hash or range, not {settings.partitioning!r}"
+            )
         topic = Topic(
             name=name,
             topic_id=self.next_topic_id,

@@ -34,8 +34,8 @@ from laminar.node.metadata import (
     validate_topic_name,
 )
 from laminar.raft import Entry
-from laminar.splits import ops as split_ops
 from laminar.segment import batch as record_batch
+from laminar.splits import ops as split_ops
 
 if TYPE_CHECKING:
     from laminar.node.node import Node

@@ -116,9 +116,7 @@ class PartitionIO:
                 return PartitionSealedError(
                     f"{name}/{partition} is not active yet (its split or merge is finishing)"
                 )
-            children = [
-                i for i, a in enumerate(topic.partitions) if partition in a.parents
-            ]
+            children = [i for i, a in enumerate(topic.partitions) if partition in a.parents]
             if children:
                 listed = ", ".join(map(str, children))
                 return PartitionSealedError(
