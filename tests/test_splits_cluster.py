@@ -1,0 +1,179 @@
+"""Splits and merges of key-range partitions under a steady keyed producer, on real node
+processes: every acknowledged record is read exactly once by the native Consumer, per key in
+the order it was acknowledged, and nothing lands in a partition after its seal; a split whose
+parent leader is SIGKILLed completes (or never began), losing nothing acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from laminar.client import Admin, Consumer, Producer
+from laminar.client.descriptions import TopicDescription
+from laminar.client.types import RecordMetadata
+from laminar.errors import LaminarError
+from tests.cluster_fixture import ClusterHandle, start_cluster
+
+pytestmark = pytest.mark.timeout(150)
+
+KEYS = 24
+
+
+class KeyedWriters:
+    """One sequential writer per key (a record is sent once the key's previous one is
+    acknowledged), so per key the acknowledged order is the send order."""
+
+    def __init__(self, producer: Producer, topic: str) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.acked: dict[bytes, list[tuple[int, RecordMetadata]]] = defaultdict(list)
+        self.failed: list[tuple[bytes, int, str]] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._write(b"key-%d" % k)) for k in range(KEYS)]
+
+    async def _write(self, key: bytes) -> None:
+        seq = 0
+        while not self._stop.is_set():
+            try:
+                handle = await self.producer.send(self.topic, b"%s:%d" % (key, seq), key=key)
+                self.acked[key].append((seq, await handle))
+            except LaminarError as exc:  # a failed delivery: may or may not be stored
+                self.failed.append((key, seq, str(exc)))
+            seq += 1
+            await asyncio.sleep(0.005)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+
+    def total(self) -> int:
+        return sum(len(v) for v in self.acked.values())
+
+
+async def read_all(bootstrap: str, topic: str, expected: int, timeout: float) -> list:
+    """Everything the native consumer returns from the topic (earliest), following lineage,
+    until ``expected`` records arrived and nothing more comes for a moment."""
+    records = []
+    async with Consumer(bootstrap, auto_offset_reset="earliest", max_wait_ms=200) as consumer:
+        await consumer.subscribe(topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        quiet = 0
+        while loop.time() < deadline:
+            batch = await consumer.getmany(timeout_ms=300)
+            records.extend(batch)
+            quiet = 0 if batch else quiet + 1
+            if len(records) >= expected and quiet >= 3:
+                break
+    return records
+
+
+def check(writers: KeyedWriters, records: list, topic: TopicDescription) -> None:
+    """Exactly once, per-key acknowledged order, acknowledged where read, nothing past a seal."""
+    seen: dict[tuple[bytes, int], int] = defaultdict(int)
+    order: dict[bytes, list[int]] = defaultdict(list)
+    where = {}
+    for record in records:
+        key, seq = record.value.split(b":")
+        seen[(key, int(seq))] += 1
+        order[key].append(int(seq))
+        where[(key, int(seq))] = (record.partition, record.offset)
+    duplicates = [k for k, n in seen.items() if n > 1]
+    assert not duplicates, f"read more than once: {duplicates[:5]}"
+    for key, acked in writers.acked.items():
+        missing = [seq for seq, _md in acked if (key, seq) not in seen]
+        assert not missing, f"acknowledged but never read: {key!r} {missing[:5]}"
+        for seq, md in acked:
+            assert where[(key, seq)] == (md.partition, md.offset), (key, seq, md)
+        acked_order = [seq for seq, _md in acked]
+        read_order = [seq for seq in order[key] if seq in set(acked_order)]
+        assert read_order == acked_order, f"{key!r} read out of order"
+    for partition in topic.partitions:
+        if partition.state == "sealed":
+            past = [r for r in records if r.partition == partition.partition]
+            assert all(r.offset < partition.seal_end for r in past)
+
+
+async def wait_finished(admin: Admin, topic: str, timeout: float) -> TopicDescription:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        with contextlib.suppress(LaminarError, ConnectionError):
+            await admin.cluster.refresh_metadata()
+            description = admin.cluster.topic(topic)
+            if description.operation is None:
+                return description
+        assert loop.time() < deadline, "the split did not finish"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    handle = start_cluster(tmp_path, 3)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
+    async with Admin(cluster.bootstrap) as admin, Producer(cluster.bootstrap, linger_ms=2) as p:
+        await admin.create_topic("events", 1, 3, partitioning="range")
+        writers = KeyedWriters(p, "events")
+        writers.start()
+        await asyncio.sleep(1.0)
+        first = await admin.split_partition("events", 0)
+        assert [x.state for x in first.partitions] == ["sealed", "active", "active"]
+        assert first.partitions[1].parents == (0,) and first.partitions[2].parents == (0,)
+        await asyncio.sleep(1.0)
+        second = await admin.split_partition("events", 1, at=1 << 30)
+        assert (second.partitions[3].range_start, second.partitions[3].range_end) == (0, 1 << 30)
+        await asyncio.sleep(1.0)
+        merged = await admin.merge_partitions("events", 3, 4)
+        assert merged.partitions[5].parents == (3, 4)
+        assert (merged.partitions[5].range_start, merged.partitions[5].range_end) == (0, 1 << 31)
+        active = sorted((x.range_start, x.range_end) for x in merged.partitions if x.state == "active")
+        assert active == [(0, 1 << 31), (1 << 31, 1 << 32)]
+        await asyncio.sleep(1.0)
+        await writers.stop()
+        described = await admin.describe_topic("events")
+    assert not writers.failed, writers.failed[:3]
+    assert writers.total() > 200
+    records = await read_all(cluster.bootstrap, "events", writers.total(), 30)
+    check(writers, records, described)
+    # every partition took records: the writes followed the splits
+    assert {r.partition for r in records} == {0, 1, 2, 3, 4, 5}
+
+
+async def test_parent_leader_killed_during_split(cluster: ClusterHandle) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        created = await admin.create_topic("orders", 1, 3, partitioning="range")
+        await asyncio.sleep(0.5)
+        leader = (await admin.describe_topic("orders")).partitions[0].leader
+    survivor = next(n for n in cluster.nodes if n != leader)
+    bootstrap = cluster.address(survivor)
+    async with Admin(bootstrap) as admin, Producer(bootstrap, linger_ms=2) as producer:
+        writers = KeyedWriters(producer, "orders")
+        writers.start()
+        await asyncio.sleep(1.0)
+        split = asyncio.create_task(admin.split_partition("orders", 0))
+        await asyncio.sleep(0.01)
+        cluster.kill(leader)
+        with contextlib.suppress(LaminarError, ConnectionError):
+            await split
+        described = await wait_finished(admin, "orders", 30)
+        await asyncio.sleep(1.0)
+        await writers.stop()
+    states = [x.state for x in described.partitions]
+    # completed (the parent sealed, both children active) or never begun: never half-done
+    assert states in (["sealed", "active", "active"], ["active"]), states
+    assert created.partitions[0].state == "active"
+    records = await read_all(bootstrap, "orders", writers.total(), 30)
+    check(writers, records, described)
