@@ -139,7 +139,7 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
         merged = await admin.merge_partitions("events", 3, 4)
         assert merged.partitions[5].parents == (3, 4)
         assert (merged.partitions[5].range_start, merged.partitions[5].range_end) == (0, 1 << 31)
-        active = sorted((x.range_start, x.range_end) for x in merged.partitions if x.state == "active")
+        active = sorted((x.range_start, x.range_end) for x in merged.active)
         assert active == [(0, 1 << 31), (1 << 31, 1 << 32)]
         await asyncio.sleep(1.0)
         await writers.stop()
