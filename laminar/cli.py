@@ -1083,6 +1083,7 @@ def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()
             for m in status.moves
         ]
         parts.append(render_table(rows))
+    parts += cli_split.status_lines(status.operations)
     if status.faults:
         parts += ["", f"replicas not serving ({len(status.faults)})"]
         rows = [["TOPIC", "PART", "NODE", "STATE", "ERROR"]]
@@ -1097,6 +1098,7 @@ def main() -> None:
     app()
 
 
+from laminar import cli_split  # noqa: E402 - needs the helpers above
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
 from laminar.cli_topic import topic_app  # noqa: E402 - needs the helpers above

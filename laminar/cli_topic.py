@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from laminar import cli_split
 from laminar.cli import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
@@ -26,6 +27,7 @@ from laminar.cli_tls import client_ssl
 from laminar.client import Admin, TopicPartition
 from laminar.client.descriptions import TopicDescription
 from laminar.protocol import EARLIEST, LATEST
+from laminar.splits.ranges import HASH_SPACE
 
 topic_app = typer.Typer(
     help="Create, list, describe, grow, alter and delete topics.",
@@ -47,6 +49,12 @@ def topic_create(
     ] = None,
     segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
     segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
+    partitioning: Annotated[
+        str,
+        typer.Option(
+            help="hash (fixed partitions) or range (key-hash ranges that split and merge)."
+        ),
+    ] = "hash",
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Create a topic."""
@@ -59,7 +67,9 @@ def topic_create(
             "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
         }
         async with Admin(bootstrap, ssl=client_ssl()) as admin:
-            return await admin.create_topic(name, partitions, replication_factor, **options)
+            return await admin.create_topic(
+                name, partitions, replication_factor, partitioning=partitioning, **options
+            )
 
     description = run(go)
     typer.echo(
@@ -104,6 +114,7 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     typer.echo(f"topic {description.name} (id {description.topic_id})")
     typer.echo(f"  partitions:         {len(description.partitions)}")
     typer.echo(f"  replication factor: {description.replication_factor}")
+    typer.echo(f"  partitioning:       {description.partitioning}")
     typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
     if description.retention_bytes:
         typer.echo(f"  retention bytes:    {format_size(description.retention_bytes)}")
@@ -124,6 +135,8 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
             ]
         )
     typer.echo(render_table(rows))
+    if description.partitioning == "range":
+        typer.echo("\n".join(cli_split.describe_lines(description)))
 
 
 @topic_app.command("delete")
@@ -191,3 +204,41 @@ def topic_alter(
 
     run(go)
     typer.echo(f"altered topic {name}")
+
+
+@topic_app.command("split")
+def topic_split(
+    name: str,
+    partition: int,
+    at: Annotated[
+        int | None,
+        typer.Option(
+            help="Split point in the key-hash space (crc32c of the key); default: "
+            "the middle of the partition's range.",
+            min=0,
+            max=HASH_SPACE - 1,
+        ),
+    ] = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Split an active partition of a range topic: it is sealed and two new partitions take
+    its halves (per-key order is kept for readers that follow lineage)."""
+
+    async def go() -> TopicDescription:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+            return await admin.split_partition(name, partition, at)
+
+    typer.echo(cli_split.outcome(run(go), f"split {name}/{partition}"))
+
+
+@topic_app.command("merge")
+def topic_merge(
+    name: str, first: int, second: int, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP
+) -> None:
+    """Merge two active partitions with adjacent ranges into one new partition."""
+
+    async def go() -> TopicDescription:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+            return await admin.merge_partitions(name, first, second)
+
+    typer.echo(cli_split.outcome(run(go), f"merged {name}/{first} and {name}/{second}"))

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from laminar import cli_split
+from laminar.client.descriptions import PartitionDescription, TopicDescription, TopicOperation
 from laminar.errors import InvalidRequestError
 from laminar.node.log_storage import LogStorage
 from laminar.node.metadata import MetadataState
@@ -304,3 +306,47 @@ def test_ops_module_constants() -> None:
         "sealed",
         "range",
     )
+
+
+# how the CLI shows range topics -------------------------------------------------------------
+def test_describe_shows_ranges_and_the_lineage_tree() -> None:
+    half = 1 << 31
+
+    def part(n: int, state: str, lo: int, hi: int, parents: tuple[int, ...] = (), end: int = -1):
+        return PartitionDescription(n, 1, (1,), lo, hi, state, parents, end)
+
+    description = TopicDescription(
+        "t",
+        1,
+        (
+            part(0, "sealed", 0, HASH_SPACE, end=12),
+            part(1, "sealed", 0, half, (0,), 5),
+            part(2, "active", half, HASH_SPACE, (0,)),
+            part(3, "sealed", 0, half // 2, (1,), 3),
+            part(4, "sealed", half // 2, half, (1,), 4),
+            part(5, "active", 0, half, (3, 4)),
+        ),
+        1,
+        None,
+        None,
+        None,
+        None,
+        partitioning="range",
+        operation=TopicOperation("t", "split", (2,), (6, 7)),
+    )
+    text = "\n".join(cli_split.describe_lines(description))
+    assert "[0x00000000, 0x100000000)" in text and "50.0%" in text
+    tree = cli_split.lineage_tree(description)
+    assert tree == [
+        "  0 (sealed)",
+        "  ├─ 1 (sealed)",
+        "  │  ├─ 3 (sealed)",
+        "  │  │  └─ 5 (active)",
+        "  │  └─ 4 (sealed)",
+        "  │     └─ 5 (active)",
+        "  └─ 2 (active)",
+    ]
+    assert "in progress: t: split of 2 into 6, 7" in text
+    status = "\n".join(cli_split.status_lines((description.operation,)))
+    assert "splits and merges in progress (1)" in status and "split" in status
+    assert cli_split.status_lines(()) == []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -150,6 +151,31 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     check(writers, records, described)
     # every partition took records: the writes followed the splits
     assert {r.partition for r in records} == {0, 1, 2, 3, 4, 5}
+    # the CLI: create, split and describe (ranges and the lineage tree)
+    code, out, err = await cli(cluster, "topic", "create", "cli", "--partitioning", "range")
+    assert code == 0, err
+    code, out, err = await cli(cluster, "topic", "split", "cli", "0")
+    assert (code, out.strip()) == (0, "split cli/0 into partitions 1, 2"), err
+    code, out, err = await cli(cluster, "topic", "describe", "events")
+    assert code == 0, err
+    assert "partitioning:       range" in out
+    assert "  ├─ 1 (sealed)\n  │  ├─ 3 (sealed)\n  │  │  └─ 5 (active)" in out
+    code, out, err = await cli(cluster, "topic", "split", "events", "0")
+    assert code != 0 and "sealed" in err
+
+
+async def cli(cluster: ClusterHandle, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(Path(sys.executable).with_name("laminar")),
+        *args,
+        "--bootstrap",
+        cluster.bootstrap,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 async def test_parent_leader_killed_during_split(cluster: ClusterHandle) -> None:
