@@ -1,11 +1,12 @@
 """The node side of splits and merges: sealing on a partition's leader, and the driver that
 finishes open operations on the metadata leader.
 
-The driver holds no state of its own: every ``DRIVE_INTERVAL`` the metadata leader looks at the
-topics with an open operation (``Topic.operation``, see ``ops.py``) and, for each, asks every
-parent's leader to seal it (idempotent: a sealed parent answers with its end) and then proposes
-``finish_op`` with the ends. A new metadata leader therefore picks up whatever its predecessor
-left, and a parent whose leader died is sealed by the next leader of its group.
+Every ``DRIVE_INTERVAL`` the metadata leader hands the topics with an open operation
+(``Topic.operation``, see ``ops.py``) to the sans-I/O ``SplitDriver`` and carries out its
+actions: ask every parent's leader to seal it (idempotent: a sealed parent answers with its
+end), then propose ``finish_op`` with the ends. Nothing of it is durable beyond the metadata
+and the seals, so a new metadata leader picks up whatever its predecessor left, and a parent
+whose leader died is sealed by the next leader of its group.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from laminar.errors import LaminarError, NotLeaderError, RequestTimeoutError
 from laminar.node.metadata import MetadataState
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica
+from laminar.splits.driver import Action, Seal, SplitDriver
 from laminar.splits.seal import seal_batch
 
 log = structlog.get_logger(__name__)
@@ -45,14 +47,14 @@ class SplitService:
     is_metadata_leader: Callable[[], bool]
 
     def __post_init__(self) -> None:
-        self._driving: dict[str, asyncio.Task[None]] = {}
+        self._acting: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="split-driver")
 
     async def stop(self) -> None:
-        tasks = [t for t in [self._task, *self._driving.values()] if t is not None]
+        tasks = [t for t in [self._task, *self._acting] if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -92,47 +94,50 @@ class SplitService:
 
     # the driver, on the metadata leader ----------------------------------------------------
     async def _loop(self) -> None:
+        """Feed the sans-I/O driver (``driver.py``) and carry out its actions."""
+        driver: SplitDriver | None = None
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(DRIVE_INTERVAL)
             if not self.is_metadata_leader():
+                driver = None  # a new leadership starts from what the metadata says
                 continue
-            for topic in list(self.state.topics.values()):
-                operation = topic.operation
-                if operation is None or operation["id"] in self._driving:
-                    continue
-                task = asyncio.create_task(self._drive(topic.name, dict(operation)))
-                self._driving[operation["id"]] = task
-                task.add_done_callback(lambda _t, key=operation["id"]: self._driving.pop(key))
+            if driver is None:
+                driver = SplitDriver()
+            for action in driver.step(loop.time(), self.in_progress()):
+                task = asyncio.create_task(self._act(driver, action))
+                self._acting.add(task)
+                task.add_done_callback(self._acting.discard)
+
+    async def _act(self, driver: SplitDriver, action: Action) -> None:
+        now = asyncio.get_running_loop().time
+        if isinstance(action, Seal):
+            try:
+                end = await self._seal_anywhere(action.topic, action.partition, action.op_id)
+            except (LaminarError, ConnectionError) as exc:
+                log.debug("seal not done yet", partition=action.partition, error=str(exc))
+                driver.seal_failed(action.op_id, action.partition, now())
+                return
+            driver.sealed(action.op_id, action.partition, end)
+            return
+        command = {
+            "op": "finish_op",
+            "name": action.topic,
+            "op_id": action.op_id,
+            "ends": {str(p): e for p, e in action.ends.items()},
+            "request_id": f"finish-{action.op_id}",
+        }
+        try:
+            await self.propose(command)
+        except (LaminarError, ConnectionError) as exc:
+            log.debug("finish not committed yet", topic=action.topic, error=str(exc))
+            driver.finish_failed(action.op_id, now())
+            return
+        log.info("split or merge finished", topic=action.topic, op=action.op_id, ends=action.ends)
 
     def in_progress(self) -> list[tuple[str, dict[str, Any]]]:
         """(topic, operation) of every open split or merge, for ``cluster status``."""
         return [(t.name, t.operation) for t in self.state.topics.values() if t.operation]
-
-    async def _drive(self, name: str, operation: dict[str, Any]) -> None:
-        """Seal every parent, then finish; retried until done or no longer ours to drive."""
-        ends: dict[int, int] = {}
-        while self.is_metadata_leader() and self._open(name, operation["id"]):
-            try:
-                for parent in operation["parents"]:
-                    if parent not in ends:
-                        ends[parent] = await self._seal_anywhere(name, parent, operation["id"])
-                await self.propose(
-                    {
-                        "op": "finish_op",
-                        "name": name,
-                        "op_id": operation["id"],
-                        "ends": {str(p): e for p, e in ends.items()},
-                        "request_id": f"finish-{operation['id']}",
-                    }
-                )
-                log.info("split finished", topic=name, **operation)
-            except (LaminarError, ConnectionError) as exc:
-                log.debug("split step failed; retrying", topic=name, error=str(exc))
-                await asyncio.sleep(0.2)
-
-    def _open(self, name: str, op_id: str) -> bool:
-        topic = self.state.topics.get(name)
-        return topic is not None and topic.operation is not None and topic.operation["id"] == op_id
 
     async def _seal_anywhere(self, name: str, partition: int, op_id: str) -> int:
         """Ask the recorded leader first, then every other replica (one of them leads)."""
