@@ -151,6 +151,7 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     check(writers, records, described)
     # every partition took records: the writes followed the splits
     assert {r.partition for r in records} == {0, 1, 2, 3, 4, 5}
+    await pipelined_writes_keep_send_order(cluster)
     # the CLI: create, split and describe (ranges and the lineage tree)
     code, out, err = await cli(cluster, "topic", "create", "cli", "--partitioning", "range")
     assert code == 0, err
@@ -162,6 +163,37 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     assert "  ├─ 1 (sealed)\n  │  ├─ 3 (sealed)\n  │  │  └─ 5 (active)" in out
     code, out, err = await cli(cluster, "topic", "split", "events", "0")
     assert code != 0 and "sealed" in err
+
+
+async def pipelined_writes_keep_send_order(cluster: ClusterHandle) -> None:
+    """Records sent without waiting (many in flight per key) while their partition splits are
+    read per key in the order they were sent."""
+    async with Admin(cluster.bootstrap) as admin, Producer(cluster.bootstrap, linger_ms=5) as p:
+        await admin.create_topic("piped", 1, 3, partitioning="range")
+        handles = []
+
+        async def send_all() -> None:
+            for seq in range(4000):
+                key = b"k%d" % (seq % 7)
+                handles.append(await p.send("piped", b"%s:%d" % (key, seq), key=key))
+                if seq % 20 == 0:
+                    await asyncio.sleep(0.005)
+
+        await p.send_and_wait("piped", b"warm-up:-1", key=b"warm-up")
+        sending = asyncio.create_task(send_all())
+        await asyncio.sleep(0.5)
+        await admin.split_partition("piped", 0)
+        await sending
+        acked = await asyncio.gather(*handles)
+    assert {md.partition for md in acked} >= {0, 1, 2}
+    records = await read_all(cluster.bootstrap, "piped", len(acked) + 1, 30)
+    assert len(records) == len(acked) + 1
+    order: dict[bytes, list[int]] = defaultdict(list)
+    for record in records:
+        key, seq = record.value.split(b":")
+        order[key].append(int(seq))
+    for key, seqs in order.items():
+        assert seqs == sorted(seqs), f"{key!r} read out of send order"
 
 
 async def cli(cluster: ClusterHandle, *args: str) -> tuple[int, str, str]:

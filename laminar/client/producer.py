@@ -143,6 +143,8 @@ class Producer:
         self._closed = False
         self._partition_cache: dict[str, CachedTopic] = {}
         self._reroutes: set[asyncio.Task[None]] = set()
+        self._rerouting: dict[str, tuple[list[int], asyncio.Event]] = {}
+        """Topic -> (re-routes running, set when none is): sends to it wait meanwhile."""
         # A random id is unique enough: 62 bits, one per Producer object.
         self.producer_id = random.getrandbits(62) if idempotent else -1
 
@@ -223,6 +225,10 @@ class Producer:
             _check_headers(headers)
         if timestamp_ms is None:
             timestamp_ms = time_ns() // 1_000_000
+        if self._rerouting and topic in self._rerouting:
+            # A sealed partition's records are being sent elsewhere: later records of the
+            # topic wait for them, so each key keeps its send order across the split.
+            await self._rerouting[topic][1].wait()
         description = self._cluster.metadata.topics.get(topic)  # type: ignore[union-attr]
         cached = self._partition_cache.get(topic)
         if cached is None or cached[0] is not description:
@@ -343,7 +349,7 @@ class Producer:
         while True:
             self._wakeup.clear()
             batches, wake_at = self._dispatch()
-            if accumulator.closing and accumulator.empty():
+            if accumulator.closing and accumulator.empty() and not self._reroutes:
                 return
             if batches:
                 continue  # retries put back just now may already be due
@@ -520,9 +526,21 @@ class Producer:
         if batch not in batches:
             batches.insert(0, batch)
         self._space.set()
+        topic = batch.tp.topic
+        running, _event = self._rerouting.setdefault(topic, ([0], asyncio.Event()))
+        running[0] += 1
         task = asyncio.create_task(self._send_elsewhere(batch.tp, batches))
         self._reroutes.add(task)
-        task.add_done_callback(self._reroutes.discard)
+        task.add_done_callback(lambda done: self._rerouted(topic, done))
+
+    def _rerouted(self, topic: str, task: asyncio.Task[None]) -> None:
+        self._reroutes.discard(task)
+        self._wakeup.set()  # a closing producer's sender waits for re-routes to be queued
+        running, event = self._rerouting[topic]
+        running[0] -= 1
+        if not running[0]:
+            del self._rerouting[topic]
+            event.set()
 
     async def _send_elsewhere(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
         cluster, accumulator = self._cluster, self._accumulator
