@@ -58,6 +58,50 @@ class KeyedWriters:
         return sum(len(v) for v in self.acked.values())
 
 
+class GroupReaders:
+    """Members of one consumer group reading the topic while it splits, logging what each
+    ``getmany`` returned in the order returned (one event loop: a total order)."""
+
+    def __init__(self, bootstrap: str, topic: str, members: int = 2) -> None:
+        self.consumers = [
+            Consumer(
+                bootstrap,
+                group_id="readers",
+                auto_offset_reset="earliest",
+                auto_commit_interval_ms=200,
+                max_wait_ms=200,
+            )
+            for _ in range(members)
+        ]
+        self.topic = topic
+        self.read: list[tuple[bytes, int]] = []
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for consumer in self.consumers:
+            await consumer.start()
+            await consumer.subscribe(self.topic)
+            self._tasks.append(asyncio.create_task(self._read(consumer)))
+
+    async def _read(self, consumer: Consumer) -> None:
+        while not self._stop.is_set():
+            for record in await consumer.getmany(timeout_ms=200):
+                key, seq = record.value.split(b":")
+                self.read.append((key, int(seq)))
+
+    async def stop_when_read(self, writers: KeyedWriters, timeout: float) -> None:
+        wanted = {(key, seq) for key, acked in writers.acked.items() for seq, _md in acked}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not wanted <= set(self.read) and loop.time() < deadline:
+            await asyncio.sleep(0.2)
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        for consumer in self.consumers:
+            await consumer.close()
+
+
 async def read_all(bootstrap: str, topic: str, expected: int, timeout: float) -> list:
     """Everything the native consumer returns from the topic (earliest), following lineage,
     until ``expected`` records arrived and nothing more comes for a moment."""
@@ -117,7 +161,11 @@ async def wait_finished(admin: Admin, topic: str, timeout: float) -> TopicDescri
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    handle = start_cluster(tmp_path, 3)
+    handle = start_cluster(
+        tmp_path,
+        3,
+        extra_args=["--group-session-timeout", "4", "--group-heartbeat-interval", "0.3"],
+    )
     try:
         yield handle
     finally:
@@ -145,12 +193,22 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
         await asyncio.sleep(1.0)
         await writers.stop()
         described = await admin.describe_topic("events")
+    # a consumer group reads it all afterwards: members read parents and children at once
+    # unless the coordinator holds children back until their parents are committed
+    group = GroupReaders(cluster.bootstrap, "events")
+    await group.start()
+    await group.stop_when_read(writers, 40)
     assert not writers.failed, writers.failed[:3]
     assert writers.total() > 200
     records = await read_all(cluster.bootstrap, "events", writers.total(), 30)
     check(writers, records, described)
     # every partition took records: the writes followed the splits
     assert {r.partition for r in records} == {0, 1, 2, 3, 4, 5}
+    # the consumer group: every acknowledged record once, per key in acknowledged order
+    assert len(group.read) == len(set(group.read)), "a group member read a record twice"
+    for key, acked in writers.acked.items():
+        read_order = [seq for k, seq in group.read if k == key]
+        assert read_order == [seq for seq, _md in acked], f"group read {key!r} out of order"
     await pipelined_writes_keep_send_order(cluster)
     # the CLI: create, split and describe (ranges and the lineage tree)
     code, out, err = await cli(cluster, "topic", "create", "cli", "--partitioning", "range")

@@ -57,7 +57,16 @@ from laminar.transport import split_address
 log = structlog.get_logger(__name__)
 
 GROUP_TOPIC_CHANGES = frozenset(
-    ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move", "finish_op")
+    (
+        "create_topic",
+        "delete_topic",
+        "add_partitions",
+        "register_node",
+        "finish_move",
+        "begin_split",
+        "begin_merge",
+        "finish_op",
+    )
 )
 BEGIN_OPS = ("begin_split", "begin_merge")
 OPEN_AT_ONCE = 64
