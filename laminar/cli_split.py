@@ -66,7 +66,14 @@ def describe_lines(description: TopicDescription) -> list[str]:
     """What ``topic describe`` adds for a range topic."""
     from laminar.cli import render_table  # the CLI imports this module
 
-    lines = ["", "key ranges (crc32c of the key)", render_table(range_rows(description))]
+    lines = []
+    if description.auto_split_above or description.auto_merge_below:
+        lines += [
+            f"  automatic:          split above {description.auto_split_above} B/s, merge below "
+            f"{description.auto_merge_below} B/s over {description.auto_window_ms / 1000:g} s, "
+            f"at most {description.max_partitions or 64} active partitions"
+        ]
+    lines += ["", "key ranges (crc32c of the key)", render_table(range_rows(description))]
     lines += ["", "lineage", *lineage_tree(description)]
     if description.operation is not None:
         lines += ["", f"in progress: {describe_operation(description.operation)}"]

@@ -55,6 +55,20 @@ def topic_create(
             help="hash (fixed partitions) or range (key-hash ranges that split and merge)."
         ),
     ] = "hash",
+    auto_split_above: Annotated[
+        str | None,
+        typer.Option(help="Range topics: split a partition written faster than this (20MB/s)."),
+    ] = None,
+    auto_merge_below: Annotated[
+        str | None,
+        typer.Option(help="Range topics: merge sibling partitions both slower than this (2MB/s)."),
+    ] = None,
+    auto_window: Annotated[
+        str, typer.Option(help="Range topics: the window those rates are measured over.")
+    ] = "60s",
+    max_partitions: Annotated[
+        int, typer.Option(help="Range topics: automatic splits stop here (0: 64).", min=0)
+    ] = 0,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Create a topic."""
@@ -65,6 +79,10 @@ def topic_create(
             "retention_bytes": parse_size(retention_bytes) if retention_bytes else None,
             "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
             "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
+            "auto_split_above": parse_rate(auto_split_above) if auto_split_above else 0,
+            "auto_merge_below": parse_rate(auto_merge_below) if auto_merge_below else 0,
+            "auto_window_ms": parse_duration_ms(auto_window),
+            "max_partitions": max_partitions,
         }
         async with Admin(bootstrap, ssl=client_ssl()) as admin:
             return await admin.create_topic(
@@ -76,6 +94,11 @@ def topic_create(
         f"created topic {description.name} ({len(description.partitions)} partitions, "
         f"replication factor {description.replication_factor})"
     )
+
+
+def parse_rate(text: str) -> int:
+    """'20MB/s', '512k/s' or '1048576' -> bytes per second."""
+    return parse_size(text.strip().lower().removesuffix("/s"))
 
 
 @topic_app.command("list")

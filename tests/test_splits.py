@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +22,7 @@ from laminar.raft import Entry, EntryKind
 from laminar.segment.batch import build_batch
 from laminar.segment.log import LogConfig, PartitionLog
 from laminar.splits import ops
+from laminar.splits.auto import AutoScaler, PartitionView, Policy, policy_of
 from laminar.splits.ranges import (
     HASH_SPACE,
     RangeMap,
@@ -350,3 +353,53 @@ def test_describe_shows_ranges_and_the_lineage_tree() -> None:
     status = "\n".join(cli_split.status_lines((description.operation,)))
     assert "splits and merges in progress (1)" in status and "split" in status
     assert cli_split.status_lines(()) == []
+
+
+# automatic splits and merges ------------------------------------------------------------------
+def _views(*parts: tuple[int, str, int, tuple[int, ...]]) -> list[PartitionView]:
+    return [PartitionView(*p) for p in parts]
+
+
+def test_rates_need_a_full_window_and_ignore_shrinking_logs() -> None:
+    auto = AutoScaler()
+    auto.observe(0, "t", 0, 0)
+    assert auto.rate("t", 0, 500, 1000) is None
+    auto.observe(1000, "t", 0, 5000)
+    assert auto.rate("t", 0, 1000, 1000) == 5000.0
+    auto.observe(2000, "t", 0, 1000)  # retention deleted a segment
+    assert auto.rate("t", 0, 2000, 1000) == 0.0
+    assert auto.rate("t", 9, 2000, 1000) is None
+
+
+def test_the_hottest_partition_splits_then_the_topic_waits_a_window() -> None:
+    policy = Policy(split_above=1000, merge_below=100, window_ms=1000, max_partitions=4)
+    parts = _views((0, "active", 0, ()), (1, "active", 1 << 31, ()))
+    auto = AutoScaler()
+    for now, (a, b) in zip((0, 1000), ((0, 0), (3000, 5000)), strict=True):
+        auto.observe(now, "t", 0, a)
+        auto.observe(now, "t", 1, b)
+    assert auto.decide(1000, [("t", policy, parts, True)]) == []  # an operation is open
+    assert auto.decide(1000, [("t", policy, parts, False)]) == [
+        {"op": "begin_split", "name": "t", "partition": 1, "at": None}
+    ]
+    assert auto.decide(1500, [("t", policy, parts, False)]) == []  # quiet for a window
+    full = replace(policy, max_partitions=2)
+    assert AutoScaler().decide(1000, [("t", full, parts, False)]) == []
+
+
+def test_cold_siblings_merge_but_unrelated_neighbours_do_not() -> None:
+    policy = Policy(split_above=10_000, merge_below=100, window_ms=1000, max_partitions=8)
+    parts = _views(
+        (0, "sealed", 0, ()),
+        (1, "active", 0, ()),
+        (2, "active", 1 << 30, (0,)),
+        (3, "active", 1 << 31, (0,)),
+    )
+    auto = AutoScaler()
+    for now in (0, 1000):
+        for partition in (1, 2, 3):
+            auto.observe(now, "t", partition, 10)
+    assert auto.decide(1000, [("t", policy, parts, False)]) == [
+        {"op": "begin_merge", "name": "t", "partitions": [2, 3]}
+    ]
+    assert policy_of(SimpleNamespace(partitioning="hash", auto_split_above=5)) is None

@@ -293,3 +293,46 @@ async def test_parent_leader_killed_during_split(cluster: ClusterHandle) -> None
     assert created.partitions[0].state == "active"
     records = await read_all(bootstrap, "orders", writers.total(), 30)
     check(writers, records, described)
+
+
+async def test_automatic_split_under_load_and_merge_when_idle(cluster: ClusterHandle) -> None:
+    async with Admin(cluster.bootstrap) as admin, Producer(cluster.bootstrap, linger_ms=5) as p:
+        await admin.create_topic(
+            "hot",
+            1,
+            3,
+            partitioning="range",
+            auto_split_above=60_000,
+            auto_merge_below=20_000,
+            auto_window_ms=2000,
+            max_partitions=2,
+        )
+        stop = asyncio.Event()
+
+        async def load() -> None:  # ~200 KB/s over many keys
+            n = 0
+            while not stop.is_set():
+                await asyncio.gather(
+                    *[await p.send("hot", b"x" * 2000, key=b"%d" % (n + i)) for i in range(20)]
+                )
+                n += 20
+                await asyncio.sleep(0.1)
+
+        loader = asyncio.create_task(load())
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while len((await admin.describe_topic("hot")).active) < 2:
+            assert loop.time() - started < 20, "no automatic split under load"
+            await asyncio.sleep(0.3)
+        split_after = loop.time() - started
+        stop.set()
+        await loader
+        described = await admin.describe_topic("hot")
+        assert [x.state for x in described.partitions] == ["sealed", "active", "active"]
+        idle = loop.time()
+        while (await admin.describe_topic("hot")).partitions[-1].parents != (1, 2):
+            assert loop.time() - idle < 20, "idle siblings were not merged"
+            await asyncio.sleep(0.3)
+        merged = await admin.describe_topic("hot")
+    assert [x.state for x in merged.partitions] == ["sealed", "sealed", "sealed", "active"]
+    assert split_after < 12, split_after

@@ -113,12 +113,18 @@ class Admin:
         segment_bytes: int | None = None,
         segment_ms: int | None = None,
         partitioning: str = "hash",
+        auto_split_above: int = 0,
+        auto_merge_below: int = 0,
+        auto_window_ms: int = 60_000,
+        max_partitions: int = 0,
     ) -> TopicDescription:
         """Create a topic; TopicExistsError if it exists, NotEnoughReplicasError if too few nodes.
 
         ``retention_ms=-1`` keeps data forever; None leaves a setting at the node default.
         ``partitioning="range"``: partitions own ranges of the key-hash space and can be split
-        and merged (``split_partition``, ``merge_partitions``) with per-key order kept.
+        and merged (``split_partition``, ``merge_partitions``) with per-key order kept;
+        ``auto_split_above`` / ``auto_merge_below`` (bytes/s over ``auto_window_ms``, 0: off)
+        let the cluster do it by itself, up to ``max_partitions`` active partitions (0: 64).
         """
         if partitioning not in ("hash", "range"):
             raise InvalidRequestError(f"partitioning is hash or range, not {partitioning!r}")
@@ -139,6 +145,10 @@ class Admin:
             spec.segmentBytes = segment_bytes or 0
             spec.segmentMs = segment_ms or 0
             spec.partitioning = partitioning
+            spec.autoSplitAbove = auto_split_above
+            spec.autoMergeBelow = auto_merge_below
+            spec.autoWindowMs = auto_window_ms
+            spec.maxPartitions = max_partitions
 
         reply = await self._call(fill)
         await self.cluster.refresh_metadata()

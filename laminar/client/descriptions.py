@@ -51,6 +51,11 @@ class TopicDescription:
     segment_ms: int | None
     partitioning: str = "hash"
     operation: TopicOperation | None = None
+    auto_split_above: int = 0
+    """Range topics: bytes/s above which a partition is split automatically (0: never)."""
+    auto_merge_below: int = 0
+    auto_window_ms: int = 0
+    max_partitions: int = 0
 
     @property
     def active(self) -> tuple[PartitionDescription, ...]:
@@ -171,6 +176,10 @@ def topic_from_reader(info: Any) -> TopicDescription:
         segment_ms=_optional(spec.segmentMs),
         partitioning=spec.partitioning or "hash",
         operation=operations[0] if operations else None,
+        auto_split_above=spec.autoSplitAbove,
+        auto_merge_below=spec.autoMergeBelow,
+        auto_window_ms=spec.autoWindowMs,
+        max_partitions=spec.maxPartitions,
     )
 
 

@@ -28,6 +28,10 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
                 "retention_ms": spec.retentionMs,
                 "retention_bytes": spec.retentionBytes,
                 "partitioning": spec.partitioning,
+                "auto_split_above": spec.autoSplitAbove,
+                "auto_merge_below": spec.autoMergeBelow,
+                "auto_window_ms": spec.autoWindowMs,
+                "max_partitions": spec.maxPartitions,
             }
         )
         fill_topic(response.body.init("topic"), topic)

@@ -192,6 +192,10 @@ class ClientServer:
         spec.retentionMs = -1 if settings.retention_ms is None else settings.retention_ms
         spec.retentionBytes = settings.retention_bytes or 0
         spec.partitioning = settings.partitioning
+        spec.autoSplitAbove = settings.auto_split_above
+        spec.autoMergeBelow = settings.auto_merge_below
+        spec.autoWindowMs = settings.auto_window_ms
+        spec.maxPartitions = settings.max_partitions
         slot.topicId = topic.topic_id
         partitions = slot.init("partitions", len(topic.partitions))
         for index, (out, assignment) in enumerate(zip(partitions, topic.partitions, strict=True)):

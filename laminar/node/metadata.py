@@ -48,6 +48,14 @@ class TopicSettings:
     partitioning: str = "hash"
     """``hash`` (crc32c(key) % partitions, fixed) or ``range`` (key-hash ranges that split
     and merge, ``laminar.splits``)."""
+    auto_split_above: int = 0
+    """Range topics: split a partition written faster than this (bytes/s) over a window (0:
+    never automatically; ``laminar.splits.auto``)."""
+    auto_merge_below: int = 0
+    """Range topics: merge two sibling partitions both written slower than this (bytes/s)."""
+    auto_window_ms: int = 60_000
+    max_partitions: int = 0
+    """Range topics: automatic splits stop at this many active partitions (0: 64)."""
 
 
 ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")

@@ -155,6 +155,7 @@ class Node:
             lambda: self.metadata is not None and self.metadata.is_leader,
         )  # fmt: skip
         self.calls.register("seal_partition", self.splits.serve_seal)
+        self.calls.register("split_load", self.splits.serve_load)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
         self.observability = Observability(self) if config.metrics_listen else None
@@ -563,6 +564,10 @@ class Node:
             retention_ms=None if retention_ms < 0 else retention_ms,
             retention_bytes=spec.get("retention_bytes") or None,
             partitioning=spec.get("partitioning") or "hash",
+            auto_split_above=spec.get("auto_split_above") or 0,
+            auto_merge_below=spec.get("auto_merge_below") or 0,
+            auto_window_ms=spec.get("auto_window_ms") or 60_000,
+            max_partitions=spec.get("max_partitions") or 0,
         )
 
     def replica_for(self, topic_name: str, partition: int) -> Replica | None:

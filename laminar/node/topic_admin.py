@@ -65,6 +65,7 @@ class TopicAdmin:
             )
         settings = self.settings_for(spec)
         self._check_log_settings(settings)
+        check_auto_policy(settings)
         return settings
 
     async def delete_topic(self, name: str) -> None:
@@ -150,6 +151,26 @@ class TopicAdmin:
             log_config(settings, self.max_batch_bytes)
         except ValueError as exc:
             raise InvalidRequestError(f"invalid topic settings: {exc}") from None
+
+
+def check_auto_policy(settings: TopicSettings) -> None:
+    """An automatic split/merge policy: only for range topics, sane thresholds and window."""
+    values = (settings.auto_split_above, settings.auto_merge_below, settings.max_partitions)
+    if any(value < 0 for value in values) or settings.auto_window_ms < 1000:
+        raise InvalidRequestError("auto thresholds are >= 0 and the window at least 1 s")
+    if not (settings.auto_split_above or settings.auto_merge_below):
+        return
+    if settings.partitioning != RANGE:
+        raise InvalidRequestError("automatic splits and merges need --partitioning range")
+    if (
+        settings.auto_split_above
+        and settings.auto_merge_below
+        and settings.auto_merge_below * 2 > settings.auto_split_above
+    ):
+        raise InvalidRequestError(
+            "--auto-merge-below must be at most half of --auto-split-above (a merged partition "
+            "would be split again at once)"
+        )
 
 
 def log_config(settings: TopicSettings, max_batch_bytes: int) -> LogConfig:

@@ -89,6 +89,11 @@ struct TopicSpec {
   retentionMs @5 :Int64;      # 0: node default, -1: keep forever
   retentionBytes @6 :Int64;   # 0: no size limit
   partitioning @7 :Text;      # "hash" (or empty: fixed partitions) or "range" (split/merge)
+  # Range topics: automatic splits and merges (0: off), rates in bytes/s over a window.
+  autoSplitAbove @8 :Int64;
+  autoMergeBelow @9 :Int64;
+  autoWindowMs @10 :Int64;    # 0: 60 s
+  maxPartitions @11 :UInt32;  # active partitions at most (0: 64)
 }
 
 struct SplitPartitionRequest {

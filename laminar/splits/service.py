@@ -12,6 +12,7 @@ whose leader died is sealed by the next leader of its group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,12 +24,15 @@ from laminar.errors import LaminarError, NotLeaderError, RequestTimeoutError
 from laminar.node.metadata import MetadataState
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica
+from laminar.splits.auto import AutoScaler, PartitionView, Policy, policy_of
 from laminar.splits.driver import Action, Seal, SplitDriver
 from laminar.splits.seal import seal_batch
 
 log = structlog.get_logger(__name__)
 
 DRIVE_INTERVAL = 0.1
+SAMPLE_INTERVAL = 1.0
+"""Seconds between load samples of automatic topics (``auto.py``)."""
 SEAL_TIMEOUT = 5.0
 
 
@@ -48,6 +52,7 @@ class SplitService:
 
     def __post_init__(self) -> None:
         self._acting: set[asyncio.Task[None]] = set()
+        self._auto = AutoScaler()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -97,17 +102,80 @@ class SplitService:
         """Feed the sans-I/O driver (``driver.py``) and carry out its actions."""
         driver: SplitDriver | None = None
         loop = asyncio.get_running_loop()
+        next_sample = 0.0
         while True:
             await asyncio.sleep(DRIVE_INTERVAL)
             if not self.is_metadata_leader():
                 driver = None  # a new leadership starts from what the metadata says
+                self._auto = AutoScaler()
                 continue
             if driver is None:
                 driver = SplitDriver()
+            if loop.time() >= next_sample and self._auto_topics():
+                next_sample = loop.time() + SAMPLE_INTERVAL
+                self._spawn(self._sample_and_decide())
             for action in driver.step(loop.time(), self.in_progress()):
-                task = asyncio.create_task(self._act(driver, action))
-                self._acting.add(task)
-                task.add_done_callback(self._acting.discard)
+                self._spawn(self._act(driver, action))
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._acting.add(task)
+        task.add_done_callback(self._acting.discard)
+
+    # automatic splits and merges, on the metadata leader -------------------------------------
+    def _auto_topics(self) -> dict[str, Policy]:
+        found = {}
+        for name, topic in self.state.topics.items():
+            policy = policy_of(topic.settings)
+            if policy is not None:
+                found[name] = policy
+        return found
+
+    async def serve_load(self, _peer: int, _body: Any) -> list[list[Any]]:
+        return self.load()
+
+    def load(self) -> list[list[Any]]:
+        """[topic, partition, log bytes] of the active partitions of auto topics led here."""
+        out: list[list[Any]] = []
+        for name in self._auto_topics():
+            topic = self.state.topics[name]
+            for index, assignment in enumerate(topic.partitions):
+                if assignment.state != "active":
+                    continue
+                replica = self.replica_for(name, index)
+                if replica is not None and replica.is_leader and not replica.closed:
+                    out.append([name, index, replica.log.size_bytes])
+        return out
+
+    async def _sample_and_decide(self) -> None:
+        nodes = [n for n in self.state.nodes if n != self.node_id]
+        answers = await asyncio.gather(
+            *(self.call(n, "split_load", {}, SAMPLE_INTERVAL) for n in nodes),
+            return_exceptions=True,
+        )
+        now_ms = int(time.monotonic() * 1000)
+        auto = self._auto
+        for answer in [self.load(), *answers]:
+            if isinstance(answer, list):
+                for item in answer:
+                    with contextlib.suppress(TypeError, ValueError):
+                        auto.observe(now_ms, str(item[0]), int(item[1]), int(item[2]))
+        policies = self._auto_topics()
+        auto.forget(set(policies))
+        views = []
+        for name, policy in policies.items():
+            topic = self.state.topics[name]
+            partitions = [
+                PartitionView(i, a.state, a.range_start, tuple(a.parents))
+                for i, a in enumerate(topic.partitions)
+            ]
+            views.append((name, policy, partitions, topic.operation is not None))
+        for command in auto.decide(now_ms, views):
+            log.info("automatic operation", **command)
+            try:
+                await self.propose(command)
+            except (LaminarError, ConnectionError) as exc:
+                log.info("automatic operation refused", error=str(exc), **command)
 
     async def _act(self, driver: SplitDriver, action: Action) -> None:
         now = asyncio.get_running_loop().time
