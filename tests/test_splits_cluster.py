@@ -165,6 +165,7 @@ def cluster(tmp_path: Path):
         tmp_path,
         3,
         extra_args=["--group-session-timeout", "4", "--group-heartbeat-interval", "0.3"],
+        kafka=True,
     )
     try:
         yield handle
@@ -209,6 +210,7 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     for key, acked in writers.acked.items():
         read_order = [seq for k, seq in group.read if k == key]
         assert read_order == [seq for seq, _md in acked], f"group read {key!r} out of order"
+    await asyncio.to_thread(kafka_clients_see_partitions_and_cannot_write_sealed, cluster)
     await pipelined_writes_keep_send_order(cluster)
     # the CLI: create, split and describe (ranges and the lineage tree)
     code, out, err = await cli(cluster, "topic", "create", "cli", "--partitioning", "range")
@@ -221,6 +223,28 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     assert "  ├─ 1 (sealed)\n  │  ├─ 3 (sealed)\n  │  │  └─ 5 (active)" in out
     code, out, err = await cli(cluster, "topic", "split", "events", "0")
     assert code != 0 and "sealed" in err
+
+
+def kafka_clients_see_partitions_and_cannot_write_sealed(cluster: ClusterHandle) -> None:
+    """Kafka clients cannot follow lineage: Metadata lists every partition, and a produce to a
+    sealed one fails (NOT_LEADER_OR_FOLLOWER, retried until the client gives up)."""
+    import kafka
+    import kafka.errors
+
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        assert consumer.partitions_for_topic("events") == {0, 1, 2, 3, 4, 5}
+    finally:
+        consumer.close()
+    producer = kafka.KafkaProducer(
+        bootstrap_servers=cluster.kafka_bootstrap, retries=2, retry_backoff_ms=50
+    )
+    try:
+        with pytest.raises(kafka.errors.KafkaError):
+            producer.send("events", b"late", key=b"k", partition=0).get(timeout=30)
+        producer.send("events", b"kafka:0", key=b"kafka", partition=5).get(timeout=30)
+    finally:
+        producer.close()
 
 
 async def pipelined_writes_keep_send_order(cluster: ClusterHandle) -> None:
@@ -330,7 +354,10 @@ async def test_automatic_split_under_load_and_merge_when_idle(cluster: ClusterHa
         described = await admin.describe_topic("hot")
         assert [x.state for x in described.partitions] == ["sealed", "active", "active"]
         idle = loop.time()
-        while (await admin.describe_topic("hot")).partitions[-1].parents != (1, 2):
+        while True:
+            newest = (await admin.describe_topic("hot")).partitions[-1]
+            if newest.parents == (1, 2) and newest.state == "active":
+                break
             assert loop.time() - idle < 20, "idle siblings were not merged"
             await asyncio.sleep(0.3)
         merged = await admin.describe_topic("hot")
