@@ -19,10 +19,12 @@ from laminar.segment.batch import BatchHeader
 
 SEAL_KIND = 0x534C  # "SL"
 _SEAL_KEY = struct.pack(">H", SEAL_KIND)
-SCAN_SEGMENTS = 3
-"""On open, the seal is looked for among the control batches of the newest segments: after a
-seal only control batches (Raft no-ops, configuration, queue state) are appended, so it lies
-in the last segment unless those rolled a segment or two."""
+SCAN_BATCHES = 1000
+"""On open, the seal is looked for walking back from the log's end over control batches: after
+a seal only control batches (Raft no-ops, configuration, queue state) are appended, so the walk
+stops at the first record batch (no seal after it: one read for most logs). A seal buried
+under more control batches than this is not found here; by then the split has long finished
+and the metadata (the partition is ``sealed``) refuses writes anyway."""
 
 
 def seal_batch(op_id: str, now_ms: int) -> bytes:
@@ -41,12 +43,15 @@ def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
 
 def find_seal(log: Any) -> int | None:
     """The offset of the seal batch in ``log`` (a PartitionLog), or None."""
-    bases = log.segment_bases()
-    end = log.end_offset
-    for i in range(len(bases) - 1, max(-1, len(bases) - 1 - SCAN_SEGMENTS), -1):
-        seg_end = bases[i + 1] if i + 1 < len(bases) else end
-        for offset in reversed(log.control_offsets(max(bases[i], log.start_offset), seg_end)):
-            (batch,) = log.batches(offset, offset + 1, 1)[:1]
-            if is_seal(batch, record_batch.read_header(batch)):
-                return offset
+    offset = log.end_offset - 1
+    for _ in range(SCAN_BATCHES):
+        if offset < log.start_offset:
+            return None
+        (batch,) = log.batches(offset, offset + 1, 1)[:1]
+        header = record_batch.read_header(batch)
+        if not record_batch.is_control(header):
+            return None
+        if is_seal(batch, header):
+            return header.base_offset
+        offset = header.base_offset - 1
     return None

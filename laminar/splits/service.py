@@ -20,7 +20,7 @@ from typing import Any
 
 import structlog
 
-from laminar.errors import LaminarError, NotLeaderError, RequestTimeoutError
+from laminar.errors import LaminarError, NotLeaderError, RequestTimeoutError, UnknownTopicError
 from laminar.node.metadata import MetadataState
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica
@@ -209,7 +209,9 @@ class SplitService:
 
     async def _seal_anywhere(self, name: str, partition: int, op_id: str) -> int:
         """Ask the recorded leader first, then every other replica (one of them leads)."""
-        topic = self.state.topics[name]
+        topic = self.state.topics.get(name)
+        if topic is None or partition >= len(topic.partitions):
+            raise UnknownTopicError(f"{name}/{partition} is gone")  # deleted meanwhile
         assignment = topic.partitions[partition]
         order = [assignment.leader, *assignment.replicas]
         last: BaseException = NotLeaderError(f"{name}/{partition} has no leader yet")
