@@ -553,7 +553,10 @@ class Producer:
                 description = metadata.topics.get(tp.topic)
                 if description is None:
                     raise UnknownTopicError(f"topic {tp.topic!r} was deleted")
-                if description.partitions[tp.partition].state == "sealed":
+                # Settled: the partition shows sealed, or no operation is open (a pending child
+                # refused a record sent to it by number, and is active by now).
+                state = description.partitions[tp.partition].state
+                if state == "sealed" or (description.operation is None and state == "active"):
                     break
                 if loop.time() - batches[0].created > self.delivery_timeout:
                     raise PartitionSealedError(f"{tp} is sealed but no metadata shows by whom")
