@@ -96,6 +96,12 @@ def topic_create(
     )
 
 
+def _rate_or_off(text: str | None) -> int | None:
+    if text is None:
+        return None
+    return 0 if text.strip().lower() == "off" else parse_rate(text)
+
+
 def parse_rate(text: str) -> int:
     """'20MB/s', '512k/s' or '1048576' -> bytes per second."""
     return parse_size(text.strip().lower().removesuffix("/s"))
@@ -205,9 +211,20 @@ def topic_alter(
     ] = None,
     segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
     segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
+    auto_split_above: Annotated[
+        str | None, typer.Option(help="Range topics: split above this rate (20MB/s), or 'off'.")
+    ] = None,
+    auto_merge_below: Annotated[
+        str | None, typer.Option(help="Range topics: merge below this rate (2MB/s), or 'off'.")
+    ] = None,
+    auto_window: Annotated[str | None, typer.Option(help="Range topics: rate window.")] = None,
+    max_partitions: Annotated[
+        int | None, typer.Option(help="Range topics: active partitions at most (0: 64).", min=0)
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
-    """Change a topic's log settings at run time (every replica applies them at once)."""
+    """Change a topic's log settings (every replica applies them at once) or a range topic's
+    automatic split/merge policy, at run time."""
     changes = {
         "retention_ms": parse_retention(retention) if retention else None,
         "retention_bytes": (
@@ -217,9 +234,16 @@ def topic_alter(
         ),
         "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
         "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
+        "auto_split_above": _rate_or_off(auto_split_above),
+        "auto_merge_below": _rate_or_off(auto_merge_below),
+        "auto_window_ms": parse_duration_ms(auto_window) if auto_window else None,
+        "max_partitions": max_partitions,
     }
     if all(value is None for value in changes.values()):
-        fail("give at least one of --retention, --retention-bytes, --segment-bytes, --segment-ms")
+        fail(
+            "give at least one of --retention, --retention-bytes, --segment-bytes, --segment-ms,"
+            " --auto-split-above, --auto-merge-below, --auto-window, --max-partitions"
+        )
 
     async def go() -> TopicDescription:
         async with Admin(bootstrap, ssl=client_ssl()) as admin:

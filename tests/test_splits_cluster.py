@@ -16,7 +16,7 @@ import pytest
 from laminar.client import Admin, Consumer, Producer
 from laminar.client.descriptions import TopicDescription
 from laminar.client.types import RecordMetadata
-from laminar.errors import LaminarError
+from laminar.errors import InvalidRequestError, LaminarError
 from tests.cluster_fixture import ClusterHandle, start_cluster
 
 pytestmark = pytest.mark.timeout(150)
@@ -361,5 +361,12 @@ async def test_automatic_split_under_load_and_merge_when_idle(cluster: ClusterHa
             assert loop.time() - idle < 20, "idle siblings were not merged"
             await asyncio.sleep(0.3)
         merged = await admin.describe_topic("hot")
+        # the policy changes at run time; a bad one is refused and changes nothing
+        altered = await admin.alter_topic("hot", auto_split_above=0, max_partitions=4)
+        assert (altered.auto_split_above, altered.max_partitions) == (0, 4)
+        assert altered.auto_merge_below == 20_000
+        with pytest.raises(InvalidRequestError):
+            await admin.alter_topic("hot", auto_split_above=30_000)  # merge_below > half
+        assert (await admin.describe_topic("hot")).auto_split_above == 0
     assert [x.state for x in merged.partitions] == ["sealed", "sealed", "sealed", "active"]
     assert split_after < 12, split_after

@@ -220,9 +220,14 @@ class Admin:
         retention_bytes: int | None = None,
         segment_bytes: int | None = None,
         segment_ms: int | None = None,
+        auto_split_above: int | None = None,
+        auto_merge_below: int | None = None,
+        auto_window_ms: int | None = None,
+        max_partitions: int | None = None,
     ) -> TopicDescription:
         """Change log settings at run time; None keeps a setting, -1 removes a retention
-        limit. Every replica applies the change when the metadata command commits."""
+        limit. Every replica applies the change when the metadata command commits. A range
+        topic's automatic policy changes the same way (0 turns a threshold off)."""
 
         def fill(body: Any) -> None:
             request = body.init("alterTopic")
@@ -232,6 +237,10 @@ class Admin:
                 ("retentionBytes", retention_bytes),
                 ("segmentBytes", segment_bytes),
                 ("segmentMs", segment_ms),
+                ("autoSplitAbove", auto_split_above),
+                ("autoMergeBelow", auto_merge_below),
+                ("autoWindowMs", auto_window_ms),
+                ("maxPartitions", max_partitions),
             ):
                 if value is not None:
                     setattr(request, field, value)

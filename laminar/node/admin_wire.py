@@ -50,6 +50,10 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
             "segment_ms": body.segmentMs,
             "retention_ms": body.retentionMs,
             "retention_bytes": body.retentionBytes,
+            "auto_split_above": body.autoSplitAbove,
+            "auto_merge_below": body.autoMergeBelow,
+            "auto_window_ms": body.autoWindowMs,
+            "max_partitions": body.maxPartitions,
         }
         topic = await admin.alter_topic(body.name, changes)
         fill_topic(response.body.init("topic"), topic)

@@ -58,8 +58,18 @@ class TopicSettings:
     """Range topics: automatic splits stop at this many active partitions (0: 64)."""
 
 
-ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
-"""The topic settings ``alter_topic`` may change at run time (all are per-log settings)."""
+ALTERABLE_SETTINGS = (
+    "segment_bytes",
+    "segment_ms",
+    "retention_ms",
+    "retention_bytes",
+    "auto_split_above",
+    "auto_merge_below",
+    "auto_window_ms",
+    "max_partitions",
+)
+"""The topic settings ``alter_topic`` may change at run time: per-log settings, and a range
+topic's automatic split/merge policy (read by the metadata leader at each decision)."""
 
 
 @dataclass(slots=True)

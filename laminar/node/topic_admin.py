@@ -125,7 +125,9 @@ class TopicAdmin:
                 wanted[setting] = value
         if not wanted:
             raise InvalidRequestError("nothing to alter: give at least one setting")
-        self._check_log_settings(TopicSettings(**{**asdict(topic.settings), **wanted}))
+        altered = TopicSettings(**{**asdict(topic.settings), **wanted})
+        self._check_log_settings(altered)
+        check_auto_policy(altered)
         await self.propose({"op": "alter_topic", "name": name, "settings": wanted})
         return self._existing(name)
 

@@ -129,6 +129,11 @@ struct AlterTopicRequest {
   segmentMs @2 :Int64 = -2;
   retentionMs @3 :Int64 = -2;     # -1: keep forever
   retentionBytes @4 :Int64 = -2;  # -1: no size limit
+  # Range topics' automatic policy (0 turns a threshold off; -2 keeps it).
+  autoSplitAbove @5 :Int64 = -2;
+  autoMergeBelow @6 :Int64 = -2;
+  autoWindowMs @7 :Int64 = -2;
+  maxPartitions @8 :Int64 = -2;
 }
 
 struct Broker {
