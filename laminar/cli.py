@@ -963,7 +963,10 @@ async def _consume(
                     f"topic {topic} has no partition {number} (it has {len(available)})"
                 )
         tps = [TopicPartition(topic, p) for p in (partitions or available)]
-        await consumer.assign(tps)
+        if description.partitioning == "range" and not partitions:
+            await consumer.subscribe(topic)  # also follows partitions that splits create
+        else:
+            await consumer.assign(tps)
         kind, where = position
         if kind == "earliest":
             await consumer.seek_to_beginning(*tps)
