@@ -223,6 +223,15 @@ async def test_split_twice_and_merge_under_load(cluster: ClusterHandle) -> None:
     assert "  ├─ 1 (sealed)\n  │  ├─ 3 (sealed)\n  │  │  └─ 5 (active)" in out
     code, out, err = await cli(cluster, "topic", "split", "events", "0")
     assert code != 0 and "sealed" in err
+    code, out, err = await cli(
+        cluster, "consume", "events", "--from", "earliest", "--format", "value"
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == writers.total() + 1  # and the record written through Kafka
+    for key, acked in writers.acked.items():
+        seqs = [int(line.split(":")[1]) for line in lines if line.split(":")[0] == key.decode()]
+        assert seqs == [seq for seq, _md in acked], f"laminar consume: {key!r} out of order"
 
 
 def kafka_clients_see_partitions_and_cannot_write_sealed(cluster: ClusterHandle) -> None:
