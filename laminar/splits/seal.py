@@ -35,8 +35,8 @@ def seal_batch(op_id: str, now_ms: int) -> bytes:
 
 def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
     """Whether a stored batch is a seal (cheap unless it is a control batch)."""
-    if not record_batch.is_control(header):
-        return False
+    if not record_batch.is_control(header) or header.record_count != 1:
+        return False  # a seal is one record (queue state batches usually hold many)
     records = record_batch.decode_records(batch)
     return bool(records) and records[0].key == _SEAL_KEY
 
