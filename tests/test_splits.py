@@ -4,6 +4,7 @@ partition's log (no I/O beyond a temporary log directory)."""
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from laminar import cli_split
 from laminar.client.descriptions import PartitionDescription, TopicDescription, TopicOperation
 from laminar.errors import InvalidRequestError
+from laminar.node import metadata_checkpoint as checkpoints
 from laminar.node.log_storage import LogStorage
 from laminar.node.metadata import MetadataState
 from laminar.raft import Entry, EntryKind
@@ -403,3 +405,46 @@ def test_cold_siblings_merge_but_unrelated_neighbours_do_not() -> None:
         {"op": "begin_merge", "name": "t", "partitions": [2, 3]}
     ]
     assert policy_of(SimpleNamespace(partitioning="hash", auto_split_above=5)) is None
+
+
+# metadata checkpoints restate key-range state -------------------------------------------------
+def test_checkpoints_restate_ranges_lineage_and_open_operations() -> None:
+    for seed in range(30):
+        rng = random.Random(seed)
+        state = MetadataState()
+        range_topic(state, 2)
+        state.apply({"op": "alter_topic", "name": "t", "settings": {"auto_split_above": 99}})
+        restored = None
+        for step in range(12):
+            topic = state.topics["t"]
+            if topic.operation is not None and rng.random() < 0.6:
+                finish(state, {**topic.operation}, end=step)
+            elif topic.operation is None:
+                active = [i for i, a in enumerate(topic.partitions) if a.state == "active"]
+                begin_split(state, rng.choice(active))
+            if rng.random() < 0.4:
+                data = checkpoints.encode(state)
+                restored = MetadataState()
+                checkpoints.restore(restored, data)
+                assert checkpoints.encode(restored) == data, f"seed {seed}"
+        if restored is not None:
+            assert restored.topics["t"].settings.auto_split_above == 99
+
+
+def test_a_checkpoint_from_before_range_topics_restores_hash_defaults() -> None:
+    state = MetadataState()
+    state.apply(
+        {
+            "op": "create_topic",
+            "name": "h",
+            "settings": {**SETTINGS, "partitioning": "hash"},
+            "replicas": [[1]],
+        },
+        3,
+    )
+    doc = json.loads(checkpoints.encode(state))
+    name, topic_id, settings_, partitions, _operation = doc["topics"][0]
+    doc["topics"] = [[name, topic_id, settings_[:6], [p[:8] for p in partitions]]]
+    old = MetadataState()
+    checkpoints.restore(old, json.dumps(doc).encode())
+    assert checkpoints.encode(old) == checkpoints.encode(state)

@@ -125,12 +125,25 @@ class ReplicaFault:
 
 
 @dataclass(slots=True, frozen=True)
+class MetadataLogStatus:
+    """One node's metadata log: it starts at a checkpoint once cut (0 before)."""
+
+    node_id: int
+    start_offset: int
+    end_offset: int
+    checkpoint: int
+    applied: int
+    size_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
 class ClusterStatus:
     members: tuple[MemberStatus, ...]
     partitions: tuple[PartitionStatus, ...]
     metadata_leader: int
     moves: tuple[Move, ...] = field(default=())
     faults: tuple[ReplicaFault, ...] = field(default=())
+    metadata_log: tuple[MetadataLogStatus, ...] = field(default=())
     operations: tuple[TopicOperation, ...] = field(default=())
 
 
@@ -222,7 +235,14 @@ def status_from_reader(status: Any) -> ClusterStatus:
     faults = tuple(
         ReplicaFault(f.topic, f.partition, f.nodeId, f.state, f.error) for f in status.faults
     )
+    metadata_log = tuple(
+        MetadataLogStatus(
+            m.nodeId, m.startOffset, m.endOffset, m.checkpoint, m.applied, m.sizeBytes
+        )
+        for m in status.metadataLog
+    )
     return ClusterStatus(
+        metadata_log=tuple(sorted(metadata_log, key=lambda m: m.node_id)),
         members=tuple(sorted(members, key=lambda m: m.node_id)),
         partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))),
         metadata_leader=status.metadataLeader,

@@ -26,7 +26,7 @@ from laminar.node import admin_wire
 from laminar.node.metadata import Topic
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
-from laminar.node.status import cluster_view, move_stage
+from laminar.node.status import cluster_view, fill_metadata_log, move_stage
 from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -394,3 +394,6 @@ class ClientServer:
             slot.nodeId = fault["node_id"]
             slot.state = fault["state"]
             slot.error = fault["error"]
+        logs = status.init("metadataLog", len(view["metadata_log"]))
+        for slot, row in zip(logs, view["metadata_log"], strict=True):
+            fill_metadata_log(slot, row)

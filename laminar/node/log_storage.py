@@ -47,15 +47,20 @@ def batch_to_entry(view: memoryview) -> Entry:
 
 
 class LogStorage:
-    """Implements the Raft core's Storage protocol over a PartitionLog."""
+    """Implements the Raft core's Storage protocol over a PartitionLog.
 
-    __slots__ = ("log", "producers", "seal_offset")
+    With ``roll_at_control`` (the metadata group) a NORMAL control batch, a metadata
+    checkpoint, starts a new segment, so deleting the segments below a checkpoint leaves a
+    log that starts exactly at it (``metadata_checkpoint``)."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    __slots__ = ("log", "producers", "roll_at_control", "seal_offset")
+
+    def __init__(self, log: PartitionLog, roll_at_control: bool = False) -> None:
         self.log = log
+        self.roll_at_control = roll_at_control
         self.producers = ProducerTable()
         self.producers.rebuild(log)
-        self.seal_offset: int | None = find_seal(log)
+        self.seal_offset: int | None = None if roll_at_control else find_seal(log)
         """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
 
     def first_index(self) -> int:
@@ -85,13 +90,17 @@ class LogStorage:
             if entry.kind != EntryKind.NORMAL:
                 log.append_stamped(control_entry_batch(entry))
                 continue
+            if self.roll_at_control and record_batch.is_control(
+                record_batch.read_header(entry.data)
+            ):
+                log.roll()
             # The log stamps base offset (its end, which Raft made equal to entry.index) and
             # term while writing, so the batch bytes are never copied here.
             base, _ = log.append(entry.data, term=entry.term)
             assert base == entry.index, f"log end {base} is not entry index {entry.index}"
             header = record_batch.read_header(entry.data)
             self.producers.record(header, entry.index, entry.last)
-            if header.attributes & ATTR_CONTROL and is_seal(entry.data, header):
+            if header.attributes & ATTR_CONTROL and is_seal(entry.data, header):  # not metadata
                 self.seal_offset = entry.index
 
     def truncate(self, index: int) -> None:

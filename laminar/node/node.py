@@ -36,6 +36,7 @@ from laminar.node.metadata import (
     TopicSettings,
     group_id,
 )
+from laminar.node.metadata_checkpoint import METADATA_MAX_BATCH
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.metrics import RequestStats
 from laminar.node.observability import Observability
@@ -183,10 +184,12 @@ class Node:
             METADATA_GROUP,
             self.node_id,
             metadata_dir,
-            LogConfig(retention_ms=None, max_batch_bytes=self.config.max_batch_bytes),
+            LogConfig(retention_ms=None, max_batch_bytes=METADATA_MAX_BATCH),
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
+            apply_gap=self.metadata_service.apply_gap,
+            roll_at_control=True,
             topic="__metadata",
         )
         self.identity.metadata_start = self.metadata.raft.last_index
@@ -208,6 +211,7 @@ class Node:
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
             asyncio.create_task(self.disk.watch(), name="disk-space"),
+            asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
         ]
         self.spawn(self._register())
         log.info(

@@ -285,13 +285,23 @@ struct ReplicaFault {
   error @4 :Text;             # the fault that took it offline
 }
 
+struct MetadataLogStatus {       # one node's copy of the metadata log (metadata_checkpoint.py)
+  nodeId @0 :UInt32;
+  startOffset @1 :Int64;         # a checkpoint's offset once the log was cut, else 0
+  endOffset @2 :Int64;
+  checkpoint @3 :Int64;          # the newest checkpoint this node applied (-1: none)
+  applied @4 :Int64;             # the last metadata offset this node applied
+  sizeBytes @5 :UInt64;
+}
+
 struct ClusterStatus {
   members @0 :List(MemberStatus);
   partitions @1 :List(PartitionStatus);
   metadataLeader @2 :UInt32;
   moves @3 :List(Move);
   faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or lost state
-  operations @5 :List(TopicOperation);  # splits and merges in progress
+  metadataLog @5 :List(MetadataLogStatus);
+  operations @6 :List(TopicOperation);  # splits and merges in progress
 }
 
 # ---------------------------------------------------------------------------- consumer groups
