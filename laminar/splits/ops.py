@@ -1,7 +1,7 @@
 """Split and merge as metadata commands: the part the metadata state machine applies.
 
 An operation is two commands around a seal, so a crash anywhere leaves either nothing or an
-operation that the split driver (``service.py``, on the metadata leader) finishes:
+operation that the split driver (``driver.py``, run on the metadata leader) finishes:
 
 1. ``begin_split`` / ``begin_merge``: checked against the state as of its place in the log;
    creates the children (new partition numbers appended to the topic, state ``pending``,
