@@ -985,7 +985,10 @@ async def _consume(
                     f"topic {topic} has no partition {number} (it has {len(available)})"
                 )
         tps = [TopicPartition(topic, p) for p in (partitions or available)]
-        await consumer.assign(tps)
+        if description.partitioning == "range" and not partitions:
+            await consumer.subscribe(topic)  # also follows partitions that splits create
+        else:
+            await consumer.assign(tps)
         kind, where = position
         if kind == "earliest":
             await consumer.seek_to_beginning(*tps)
@@ -1105,6 +1108,7 @@ def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()
             for m in status.moves
         ]
         parts.append(render_table(rows))
+    parts += cli_split.status_lines(status.operations)
     if status.faults:
         parts += ["", f"replicas not serving ({len(status.faults)})"]
         rows = [["TOPIC", "PART", "NODE", "STATE", "ERROR"]]
@@ -1134,6 +1138,7 @@ def main() -> None:
     app()
 
 
+from laminar import cli_split  # noqa: E402 - needs the helpers above
 from laminar.cli_acl import acl_app  # noqa: E402 - needs the helpers above
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above

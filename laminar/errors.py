@@ -109,18 +109,29 @@ class DiskFullError(LaminarError):
     code = 14
 
 
+class PartitionSealedError(LaminarError):
+    """The partition was sealed by a split or merge (key-range topics, ``laminar.splits``): it
+    accepts no record any more. The message names the partitions that took its range over; a
+    producer refreshes its metadata and sends the records there."""
+
+    code = 15
+
+
+# Authentication and authorization (laminar/auth): codes 50-59.
+
+
 class AuthenticationError(LaminarError):
     """The connection is not authenticated (the cluster has users: authenticate first), or
     a SASL/SCRAM exchange failed (unknown user, wrong password, malformed message). Not
     retriable: the credentials must change."""
 
-    code = 15
+    code = 50
 
 
 class AuthorizationError(LaminarError):
     """The authenticated user may not do this (no ACL allows it); nothing was changed."""
 
-    code = 16
+    code = 51
 
 
 # Consumer groups (laminar/groups): codes 20-29.
@@ -253,6 +264,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         NotEnoughReplicasError,
         ProtocolError,
         DiskFullError,
+        PartitionSealedError,
         AuthenticationError,
         AuthorizationError,
         UnknownMemberIdError,

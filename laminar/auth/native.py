@@ -32,6 +32,8 @@ _TOPIC_CHECKS: dict[str, tuple[str, Callable[[Any], list[str]]]] = {
     "deleteTopic": (ADMIN, lambda body: [str(body)]),
     "addPartitions": (ADMIN, lambda body: [body.name]),
     "alterTopic": (ADMIN, lambda body: [body.name]),
+    "splitPartition": (ADMIN, lambda body: [body.name]),
+    "mergePartitions": (ADMIN, lambda body: [body.name]),
     "commitOffsets": (CONSUME, lambda body: _topics(body.offsets)),
     "fetchOffsets": (CONSUME, lambda body: _topics(body.partitions)),
     "shareFetch": (

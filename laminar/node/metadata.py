@@ -23,6 +23,8 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.queues import config as queue_config
+from laminar.splits import ops as split_ops
+from laminar.splits.ranges import initial_ranges
 from laminar.topic_names import validate_topic_name as validate_topic_name
 
 METADATA_GROUP = 0
@@ -45,10 +47,31 @@ class TopicSettings:
     segment_ms: int
     retention_ms: int | None
     retention_bytes: int | None
+    partitioning: str = "hash"
+    """``hash`` (crc32c(key) % partitions, fixed) or ``range`` (key-hash ranges that split
+    and merge, ``laminar.splits``)."""
+    auto_split_above: int = 0
+    """Range topics: split a partition written faster than this (bytes/s) over a window (0:
+    never automatically; ``laminar.splits.auto``)."""
+    auto_merge_below: int = 0
+    """Range topics: merge two sibling partitions both written slower than this (bytes/s)."""
+    auto_window_ms: int = 60_000
+    max_partitions: int = 0
+    """Range topics: automatic splits stop at this many active partitions (0: 64)."""
 
 
-ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
-"""The topic settings ``alter_topic`` may change at run time (all are per-log settings)."""
+ALTERABLE_SETTINGS = (
+    "segment_bytes",
+    "segment_ms",
+    "retention_ms",
+    "retention_bytes",
+    "auto_split_above",
+    "auto_merge_below",
+    "auto_window_ms",
+    "max_partitions",
+)
+"""The topic settings ``alter_topic`` may change at run time: per-log settings, and a range
+topic's automatic split/merge policy (read by the metadata leader at each decision)."""
 
 
 @dataclass(slots=True)
@@ -71,6 +94,16 @@ class PartitionAssignment:
     """Node -> metadata offset of the command that assigned it this replica (its replicas and
     ``adding``). Names the replica's directory (``Node.partition_dir``), so a node rebuilding
     its state from a checkpoint opens the very directory it created back then."""
+    range_start: int = -1
+    """Range topics: the key-hash range ``[range_start, range_end)`` (-1: hash topic)."""
+    range_end: int = -1
+    state: str = "active"
+    """Range topics: ``active``, ``pending`` (a child before its split finishes) or
+    ``sealed`` (a parent: no record is accepted, readable up to ``seal_end``)."""
+    parents: list[int] = field(default_factory=list)
+    """Range topics: the partitions this one was split or merged from (lineage)."""
+    seal_end: int = -1
+    """A sealed partition: every record lies below this offset (its seal batch's + 1)."""
 
     @property
     def moving(self) -> bool:
@@ -83,6 +116,8 @@ class Topic:
     topic_id: int
     settings: TopicSettings
     partitions: list[PartitionAssignment]
+    operation: dict[str, Any] | None = None
+    """Range topics: the split or merge in progress (``laminar.splits.ops``), else None."""
 
 
 @dataclass(slots=True)
@@ -218,6 +253,11 @@ class MetadataState:
             return self._add_partitions(command, index)
         if op == "alter_topic":
             return self._alter_topic(command)
+        if op in ("begin_split", "begin_merge"):
+            topic = self._topic(command["name"])
+            return split_ops.begin(topic, command, lambda replicas: _assigned(replicas, index))
+        if op == "finish_op":
+            return split_ops.finish(self._topic(command["name"]), command)
         if op in AUTH_OPS:
             return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
@@ -304,12 +344,21 @@ class MetadataState:
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         settings = TopicSettings(**command["settings"])
+        if settings.partitioning not in ("hash", split_ops.RANGE):
+            raise InvalidRequestError(
+                f"partitioning is hash or range, not {settings.partitioning!r}"
+            )
         topic = Topic(
             name=name,
             topic_id=self.next_topic_id,
             settings=settings,
             partitions=[_assigned(r, index) for r in command["replicas"]],
         )
+        if settings.partitioning == split_ops.RANGE:
+            for assignment, bounds in zip(
+                topic.partitions, initial_ranges(len(topic.partitions)), strict=True
+            ):
+                assignment.range_start, assignment.range_end = bounds
         self.next_topic_id += 1
         self.topics[name] = topic
         return topic
@@ -318,6 +367,10 @@ class MetadataState:
         """Grow a topic to ``len(replicas)`` partitions more; existing ones are untouched, so
         (as in Kafka) keys hash to other partitions from then on."""
         topic = self._topic(command["name"])
+        if topic.settings.partitioning == split_ops.RANGE:
+            raise InvalidRequestError(
+                f"topic {topic.name!r} is range-partitioned: split partitions instead"
+            )
         if command["from"] != len(topic.partitions):
             # Placed for another partition count (a concurrent add committed first).
             raise InvalidRequestError(

@@ -74,6 +74,11 @@ def _topic(topic: Topic) -> list[Any]:
         s.segment_ms,
         s.retention_ms,
         s.retention_bytes,
+        s.partitioning,
+        s.auto_split_above,
+        s.auto_merge_below,
+        s.auto_window_ms,
+        s.max_partitions,
     ]
     partitions = [
         [
@@ -85,10 +90,15 @@ def _topic(topic: Topic) -> list[Any]:
             a.move_id,
             a.target_ready,
             [[node, origin] for node, origin in a.origins.items()],
+            a.range_start,
+            a.range_end,
+            a.state,
+            a.parents,
+            a.seal_end,
         ]
         for a in topic.partitions
     ]
-    return [topic.name, topic.topic_id, settings, partitions]
+    return [topic.name, topic.topic_id, settings, partitions, topic.operation]
 
 
 def encode(state: MetadataState) -> bytes:
@@ -104,33 +114,16 @@ def restore(state: MetadataState, data: bytes) -> None:
         if doc.get("format") != FORMAT:
             raise InvalidRequestError(f"unknown metadata checkpoint format {doc.get('format')}")
         topics = {}
-        for name, topic_id, settings, partitions in doc["topics"]:
+        for name, topic_id, settings, partitions, *rest in doc["topics"]:
+            operation = rest[0] if rest else None  # key-range topics (laminar.splits)
+            if operation is not None and not isinstance(operation, dict):
+                raise TypeError("a topic's operation is an object")
             topics[name] = Topic(
                 name,
                 topic_id,
                 TopicSettings(*settings),
-                [
-                    PartitionAssignment(
-                        list(replicas),
-                        leader,
-                        leader_term,
-                        adding,
-                        removing,
-                        move_id,
-                        target_ready,
-                        {int(node): origin for node, origin in origins},
-                    )
-                    for (
-                        replicas,
-                        leader,
-                        leader_term,
-                        adding,
-                        removing,
-                        move_id,
-                        target_ready,
-                        origins,
-                    ) in partitions
-                ],
+                [_assignment(*fields) for fields in partitions],
+                operation,
             )
         nodes = {int(n[0]): NodeInfo(*n) for n in doc["nodes"]}
         draining = {int(n) for n in doc["draining"]}
@@ -152,6 +145,40 @@ def restore(state: MetadataState, data: bytes) -> None:
     state.outcomes = outcomes
     state.next_topic_id = next_topic_id
     state.auth = auth
+
+
+def _assignment(
+    replicas: list[int],
+    leader: int,
+    leader_term: int,
+    adding: int,
+    removing: int,
+    move_id: str,
+    target_ready: bool,
+    origins: list[list[int]],
+    range_start: int = -1,
+    range_end: int = -1,
+    state: str = "active",
+    parents: list[int] | None = None,
+    seal_end: int = -1,
+) -> PartitionAssignment:
+    """A partition's restated assignment (the range fields are absent before key-range
+    partitioning: a hash topic's defaults)."""
+    return PartitionAssignment(
+        list(replicas),
+        leader,
+        leader_term,
+        adding,
+        removing,
+        move_id,
+        target_ready,
+        {int(node): origin for node, origin in origins},
+        range_start,
+        range_end,
+        state,
+        list(parents or []),
+        seal_end,
+    )
 
 
 def checkpoint_batch(state: MetadataState, timestamp_ms: int) -> bytes:

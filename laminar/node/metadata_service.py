@@ -37,6 +37,7 @@ from laminar.node.metadata import (
 from laminar.node.metadata_resync import resync
 from laminar.raft import Entry
 from laminar.segment import batch as record_batch
+from laminar.splits import ops as split_ops
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -191,6 +192,8 @@ class MetadataService:
             assert self.node.metadata is not None
             conf = self.node.metadata.raft.conf
             return {**command, "voter": command["node"] not in conf.learners}
+        if command.get("op") in ("begin_split", "begin_merge") and "replicas" not in command:
+            return self._place_children(command)
         if command.get("op") == "create_user":
             return self.node.state.auth.prepare(command)
         if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
@@ -221,6 +224,25 @@ class MetadataService:
             raise InvalidRequestError(f"a topic has at most {MAX_PARTITIONS - 1} partitions")
         replicas = place_replicas(
             total - current,
+            topic.settings.replication_factor,
+            self.node.live_nodes(),
+            self.node.state.replica_counts(),
+            first=current,
+        )
+        return {**command, "from": current, "replicas": replicas}
+
+    def _place_children(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Place the partitions a split or merge creates (checked against the state now; the
+        state machine checks again in log order)."""
+        topic = self.node.state.topics.get(command["name"])
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {command['name']!r}")
+        _parents, ranges = split_ops.plan_children(topic, command)
+        current = len(topic.partitions)
+        if current + len(ranges) >= MAX_PARTITIONS:
+            raise InvalidRequestError(f"a topic has at most {MAX_PARTITIONS - 1} partitions")
+        replicas = place_replicas(
+            len(ranges),
             topic.settings.replication_factor,
             self.node.live_nodes(),
             self.node.state.replica_counts(),
