@@ -8,8 +8,8 @@ load); once *every* replica of a partition starts at or past its seal end, nothi
 be read anywhere, and the leader proposes ``retire_partition`` (``ops.retire``). A partition
 whose own parents are not retired yet waits for them (their records are older; its children
 must not become parentless before readers finished those). No state is kept here: the
-reports are facts read afresh each round, and the command is idempotent (its request id
-names the partition), so a new metadata leader simply decides again.
+reports are facts read afresh each round, and the command is idempotent, so a new metadata
+leader simply decides again.
 """
 
 from __future__ import annotations
@@ -51,10 +51,7 @@ def retirable(topics: Iterable[Any], starts: Mapping[Report, int]) -> list[tuple
 
 
 def retire_command(topic_id: int, partition: int) -> dict[str, Any]:
-    """The metadata command; its request id names the partition, so a retry is a no-op."""
-    return {
-        "op": "retire_partition",
-        "topic_id": topic_id,
-        "partition": partition,
-        "request_id": f"retire-{topic_id}-{partition}",
-    }
+    """The metadata command. It is idempotent by itself (retiring a retired partition changes
+    nothing), so each round's proposal gets a fresh request id: a refusal (a move started
+    meanwhile) is not remembered against a later, valid attempt."""
+    return {"op": "retire_partition", "topic_id": topic_id, "partition": partition}
