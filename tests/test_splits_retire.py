@@ -91,7 +91,9 @@ def test_retire_drops_replicas_and_lineage_and_keeps_the_number() -> None:
 def test_a_partition_being_moved_is_not_retired() -> None:
     state = split_twice()
     topic = state.topics["t"]
-    state.apply({"op": "start_move", "topic_id": topic.topic_id, "partition": 0, "from": 2, "to": 3})
+    state.apply(
+        {"op": "start_move", "topic_id": topic.topic_id, "partition": 0, "from": 2, "to": 3}
+    )
     with pytest.raises(InvalidRequestError, match="being moved"):
         retire(state, 0)
     assert retirable(state.topics.values(), {(1, 0, n): 99 for n in (1, 2, 3)}) == []
@@ -202,9 +204,7 @@ def test_spark_planning_is_not_held_by_a_retired_parent() -> None:
 
 
 def test_describe_leaves_retired_partitions_out_of_ranges_and_tree() -> None:
-    metadata = _desc(
-        _part(0, "retired", (), 10), _part(1, "active", ()), _part(2, "sealed", (), 4)
-    )
+    metadata = _desc(_part(0, "retired", (), 10), _part(1, "active", ()), _part(2, "sealed", (), 4))
     description = metadata.topics["t"]
     assert cli_split.lineage_tree(description) == ["  1 (active)", "  2 (sealed)"]
     rows = cli_split.range_rows(description)
