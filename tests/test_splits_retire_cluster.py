@@ -25,7 +25,9 @@ RETENTION_MS = 2000
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    handle = start_cluster(tmp_path, 3, extra_args=["--retention-check-interval", "0.3"])
+    handle = start_cluster(
+        tmp_path, 3, extra_args=["--retention-check-interval", "0.3"], kafka=True
+    )
     try:
         yield handle
     finally:
@@ -107,4 +109,20 @@ async def test_a_sealed_partition_retires_once_retention_emptied_it(
     assert "lineage\n  1 (active)\n  2 (active)" in out
     assert "retired (emptied by retention, numbers not reused): 0" in out
     assert "(sealed)" not in out and "(retired)" not in out
+    await asyncio.to_thread(kafka_clients_see_the_retired_partition_offline, cluster)
     assert time.monotonic() - started < 40
+
+
+def kafka_clients_see_the_retired_partition_offline(cluster: ClusterHandle) -> None:
+    """Metadata keeps listing a retired partition (Kafka clients take the partition count from
+    the list) as one without a leader or replicas; the children read as usual."""
+    import kafka
+
+    consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap)
+    try:
+        assert consumer.partitions_for_topic("r") == {0, 1, 2}
+        assert consumer._client.cluster.leader_for_partition(kafka.TopicPartition("r", 0)) == -1
+        ends = consumer.end_offsets([kafka.TopicPartition("r", p) for p in (1, 2)])
+        assert all(offset > 0 for offset in ends.values())
+    finally:
+        consumer.close()
