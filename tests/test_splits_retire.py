@@ -140,6 +140,24 @@ def test_the_seal_ends_its_segment_so_retention_can_empty_the_log(tmp_path: Path
     reopened.log.close()
 
 
+def test_retention_keeps_the_seal_until_the_metadata_shows_the_partition_sealed() -> None:
+    from types import SimpleNamespace
+
+    from laminar.splits.retire import retention_upto
+
+    state = MetadataState()
+    range_topic(state)
+    operation = begin_split(state, 0)
+    replica = SimpleNamespace(
+        topic="t", partition=0, high_watermark=9, storage=SimpleNamespace(seal_offset=None)
+    )
+    assert retention_upto(replica, state.topics) == 9
+    replica.storage.seal_offset = 8  # sealed in its log, the split not finished yet
+    assert retention_upto(replica, state.topics) == 8
+    finish(state, operation, end=9)
+    assert retention_upto(replica, state.topics) == 9
+
+
 def _desc(*parts: PartitionDescription) -> ClusterMetadata:
     topic = TopicDescription("t", 1, parts, 1, None, None, None, None, partitioning="range")
     return ClusterMetadata({1: "a"}, {"t": topic}, 1)

@@ -52,6 +52,7 @@ from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.log import LogConfig
+from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
 from laminar.transport import split_address
 
@@ -599,7 +600,7 @@ class Node:
             if replica.group == METADATA_GROUP or replica.closed:
                 continue
             try:
-                deleted += replica.log.expire(now, upto=replica.high_watermark)
+                deleted += replica.log.expire(now, upto=retention_upto(replica, self.state.topics))
             except Exception as exc:  # a storage fault stays in its partition
                 self.runtime.fail(replica, exc)
         return deleted

@@ -34,6 +34,22 @@ def sealed_replicas(topics: Iterable[Any], node: int) -> list[tuple[str, int, in
     ]
 
 
+def retention_upto(replica: Any, topics: Mapping[str, Any]) -> int:
+    """How far retention may delete in ``replica``'s log: up to its high watermark, but not
+    the seal before the metadata shows the partition sealed. Until ``finish_op`` commits, the
+    seal in the log is what refuses writes (``PartitionIO.append``); a log reopened without it
+    would take writes past the end the split driver was told."""
+    upto: int = replica.high_watermark
+    seal = replica.storage.seal_offset
+    if seal is None:
+        return upto
+    topic = topics.get(replica.topic)
+    partitions = topic.partitions if topic is not None else []
+    if replica.partition < len(partitions) and partitions[replica.partition].state == SEALED:
+        return upto
+    return min(upto, seal)
+
+
 def retirable(topics: Iterable[Any], starts: Mapping[Report, int]) -> list[tuple[int, int]]:
     """(topic id, partition) of every sealed partition that may retire now: no move under
     way, no parent left, and each of its replicas reported a log start at or past its seal
