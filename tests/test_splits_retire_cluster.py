@@ -14,7 +14,9 @@ import pytest
 
 from laminar.client import Admin, Consumer, Producer
 from laminar.client.descriptions import TopicDescription
-from laminar.errors import LaminarError
+from laminar.client.types import TopicPartition
+from laminar.errors import LaminarError, PartitionRetiredError
+from laminar.protocol import EARLIEST
 from tests.cluster_fixture import ClusterHandle, start_cluster
 from tests.test_splits_cluster import KeyedWriters, cli
 
@@ -103,6 +105,13 @@ async def test_a_sealed_partition_retires_once_retention_emptied_it(
     assert len(records) == len(children) and records, "an acknowledged record was lost"
     for key, acked in writers.acked.items():
         assert read[key] == [seq for seq, md in acked if md.partition], f"{key!r} out of order"
+    # asking for its offsets is a clear error at once, not a wait for a leader
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.cluster.refresh_metadata()
+        asked = time.monotonic()
+        with pytest.raises(PartitionRetiredError, match="retired"):
+            await admin.list_offsets([TopicPartition("r", 0)], EARLIEST)
+        assert time.monotonic() - asked < 2
     # the CLI: describe leaves it out of the partitions, ranges and lineage tree
     code, out, err = await cli(cluster, "topic", "describe", "r")
     assert code == 0, err

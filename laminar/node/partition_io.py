@@ -20,6 +20,7 @@ from laminar.errors import (
     InvalidRequestError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    PartitionRetiredError,
     PartitionSealedError,
     RequestTimeoutError,
     UnknownPartitionError,
@@ -62,7 +63,7 @@ class PartitionIO:
             )
         replica = node.replica_for(topic_name, partition)
         if replica is None and topic.partitions[partition].state == RETIRED:
-            raise UnknownPartitionError(
+            raise PartitionRetiredError(
                 f"{topic_name}/{partition} was retired: retention removed all its records"
             )
         if replica is None:
