@@ -84,6 +84,10 @@ async def test_a_sealed_partition_retires_once_retention_emptied_it(
             await asyncio.sleep(0.1)
         assert not any(n.startswith("r-0.") for n in names), (node_id, names)
         assert any(n.startswith("r-1.") for n in names) and any(n.startswith("r-2.") for n in names)
+    # a node restarted afterwards replays the retirement: no replica of r/0 comes back
+    await asyncio.to_thread(cluster.restart, 3)
+    names = [d.name for d in (cluster.nodes[3].data_dir / "partitions").iterdir()]
+    assert not any(n.startswith("r-0.") for n in names), names
     # a consumer reading from the start reads every record acknowledged to the children, once,
     # per key in acknowledged order, and nothing of the retired parent
     children = {
