@@ -25,6 +25,8 @@ def range_rows(description: TopicDescription) -> list[list[str]]:
     """One row per partition: its range (as fractions of the space too), state and seal."""
     rows = [["PARTITION", "STATE", "RANGE", "SHARE", "SEAL END"]]
     for p in description.partitions:
+        if p.state == "retired":
+            continue
         share = (p.range_end - p.range_start) / HASH_SPACE
         rows.append(
             [
@@ -39,8 +41,9 @@ def range_rows(description: TopicDescription) -> list[list[str]]:
 
 
 def lineage_tree(description: TopicDescription) -> list[str]:
-    """The lineage as a tree: roots are the partitions the topic was created with; a merged
-    child appears under each of its parents."""
+    """The lineage as a tree: roots are the partitions the topic was created with, or whose
+    parents all retired; a merged child appears under each of its parents. Retired partitions
+    are left out (they have left the lineage)."""
     children: dict[int, list[int]] = {}
     for p in description.partitions:
         for parent in p.parents:
@@ -57,7 +60,7 @@ def lineage_tree(description: TopicDescription) -> list[str]:
             walk(child, deeper, i == len(below) - 1, False)
 
     for p in description.partitions:
-        if not p.parents:
+        if not p.parents and p.state != "retired":
             walk(p.partition, "  ", True, True)
     return lines
 
@@ -75,6 +78,9 @@ def describe_lines(description: TopicDescription) -> list[str]:
         ]
     lines += ["", "key ranges (crc32c of the key)", render_table(range_rows(description))]
     lines += ["", "lineage", *lineage_tree(description)]
+    retired = [str(p.partition) for p in description.partitions if p.state == "retired"]
+    if retired:
+        lines += [f"retired (emptied by retention, numbers not reused): {', '.join(retired)}"]
     if description.operation is not None:
         lines += ["", f"in progress: {describe_operation(description.operation)}"]
     return lines

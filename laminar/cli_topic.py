@@ -132,7 +132,11 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
         async with Admin(bootstrap, **client_options()) as admin:
             description = await admin.describe_topic(name)
-            tps = [TopicPartition(name, p.partition) for p in description.partitions]
+            tps = [
+                TopicPartition(name, p.partition)
+                for p in description.partitions
+                if p.state != "retired"  # retention removed it: nothing to list
+            ]
             return (
                 description,
                 await admin.list_offsets(tps, EARLIEST),
@@ -153,6 +157,8 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
         typer.echo(f"  segment age:        {format_duration(description.segment_ms)}")
     rows = [["PARTITION", "LEADER", "REPLICAS", "START", "END"]]
     for p in description.partitions:
+        if p.state == "retired":
+            continue
         tp = TopicPartition(name, p.partition)
         rows.append(
             [

@@ -117,6 +117,14 @@ class PartitionSealedError(LaminarError):
     code = 15
 
 
+class PartitionRetiredError(LaminarError):
+    """The partition was retired (key-range topics, ``laminar.splits.retire``): retention
+    removed all its records after its seal, so it has no replicas and nothing to read. Not
+    retried: it never comes back (its number is never reused)."""
+
+    code = 16
+
+
 # Authentication and authorization (laminar/auth): codes 50-59.
 
 
@@ -265,6 +273,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         ProtocolError,
         DiskFullError,
         PartitionSealedError,
+        PartitionRetiredError,
         AuthenticationError,
         AuthorizationError,
         UnknownMemberIdError,

@@ -104,6 +104,8 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
             if description is None:
                 raise UnknownTopicError(f"laminar source: topic {topic!r} does not exist")
             for info in description.partitions:
+                if info.state == "retired":
+                    continue  # retention removed all of it: nothing to plan or read
                 tp = (topic, info.partition)
                 replicas[tp] = _ordered_replicas(metadata.brokers, info.leader, info.replicas)
                 if description.partitioning == "range":

@@ -85,8 +85,8 @@ def hold_children(
     """Key-range topics: a child's offsets are planned only in a micro-batch after every
     parent's range was finished (the batch starts at or past the parent's seal end), so each
     key's records reach the sink in the order they were written; pending partitions (a split
-    still finishing) are not planned. Partitions of a parent not read by the query do not hold
-    its children back."""
+    still finishing) are not planned. Partitions of a parent not read by the query, or retired
+    (retention removed all of it), do not hold its children back."""
     out = dict(latest)
     for tp, facts in lineage.items():
         if tp not in out:
@@ -94,7 +94,7 @@ def hold_children(
         waiting = facts.state == "pending" or any(
             (tp[0], parent) in base and base[(tp[0], parent)] < lineage[(tp[0], parent)].seal_end
             for parent in facts.parents
-            if (tp[0], parent) in lineage
+            if (tp[0], parent) in lineage and lineage[(tp[0], parent)].state != "retired"
         )
         if waiting:
             out[tp] = base.get(tp, out[tp])

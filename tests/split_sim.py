@@ -9,7 +9,9 @@ the tail (a new leader had it) and drop the rest, seal included. Writers, one pe
 one record at a time and route by the range map of the metadata they last fetched (stale
 until a sealed partition makes them refresh). The driver's messages (seal requests and
 answers, finish proposals and answers) are delayed, lost, or cut off by a driver crash (a new
-metadata leader with a fresh driver). Operators begin splits and merges at random.
+metadata leader with a fresh driver). Operators begin splits and merges at random. Retention
+removes a committed prefix of a sealed partition's log (all of it, seal included, or an older
+part), and the metadata leader retires what ``retire.retirable`` allows (``retire_partition``).
 
 Invariants, after every event (a violation raises ``SimFailure`` with the seed and the replay):
 
@@ -17,10 +19,16 @@ Invariants, after every event (a violation raises ``SimFailure`` with the seed a
 * no partition holds a record after its seal, and a sealed partition's ``seal_end`` is its
   committed seal's offset + 1; a partition is active with parents only once they are sealed;
 * no acknowledged record is ever lost or moved;
+* a retired partition was emptied by retention (its log starts at or past its seal end),
+  has no replicas, and retired after all its parents; no partition names a retired parent;
+* no acknowledged record is ever lost or moved (unless retention removed it);
 * per key, reading partitions in lineage order (parents before children; partition numbers
-  grow along the lineage) gives exactly the acknowledged records in acknowledgement order.
+  grow along the lineage) gives exactly the acknowledged records in acknowledgement order,
+  less those retention removed.
 
-After a quiet phase (no faults, no new operations) every operation has finished.
+After a quiet phase (no faults, no new operations) every operation has finished, and once
+retention has emptied every sealed partition every one of them retires and no active
+partition has a parent left.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 from laminar.node.metadata import MetadataState
 from laminar.splits.driver import Finish, Seal, SplitDriver
 from laminar.splits.ranges import RangeMap, check_tiling, key_hash
+from laminar.splits.retire import retirable, retire_command
 
 REPLAY = (
     "LAMINAR_SPLIT_SIM_SEEDS=1 LAMINAR_SPLIT_SIM_SEED_BASE={seed} "
@@ -60,6 +69,8 @@ class Log:
     """Uncommitted entries on the leader: ("rec", key, seq) or ("seal", op_id)."""
     seal_waiters: list[str] = field(default_factory=list)
     """Op ids whose seal request waits for the seal to commit."""
+    start: int = 0
+    """Entries below this offset were removed by retention (the log's start offset)."""
 
     def entries(self) -> list[tuple]:
         return self.committed + self.tail
@@ -145,6 +156,18 @@ class SplitSim:
         if self.topic.operation is not None:
             self._fail(f"operation {self.topic.operation} never finished")
         self._check_reads()
+        for _ in range(len(self.logs)):  # retention empties every sealed partition in turn
+            for number, log in self.logs.items():
+                if self.topic.partitions[number].state == "sealed":
+                    log.start = len(log.committed)
+            self._retire()
+            self._check()
+        partitions = self.topic.partitions
+        if any(a.state == "sealed" for a in partitions):
+            self._fail("a sealed partition retention emptied was never retired")
+        if any(a.parents for a in partitions):
+            self._fail("a partition still has parents after they all retired")
+        self._check_reads()
 
     def _event(self) -> None:
         roll = self.rng.random()
@@ -164,6 +187,10 @@ class SplitSim:
             self.stats["driver_crashes"] += 1
         elif roll < 0.95:
             self._begin()
+        elif roll < 0.97:
+            self._retention()
+        elif roll < 0.99:
+            self._retire()
 
     def _write(self) -> None:
         idle = [w for w in self.writers if w.in_flight is None]
@@ -278,6 +305,31 @@ class SplitSim:
         if was_open and self.topic.operation is None:
             self.stats["finished"] += 1
 
+    def _retention(self) -> None:
+        """Retention removes a committed prefix of a sealed partition's log: all of it (the
+        seal ends a segment, ``LogStorage``) or only older segments."""
+        sealed = [p for p, a in enumerate(self.topic.partitions) if a.state == "sealed"]
+        if not sealed:
+            return
+        log = self.logs[self.rng.choice(sealed)]
+        end = len(log.committed)
+        log.start = end if self.rng.random() < 0.6 else self.rng.randint(log.start, end)
+        self.stats["retention"] += 1
+
+    def _retire(self) -> None:
+        """The metadata leader's round: every replica reports its log start, and what may
+        retire is retired (the command is checked again in log order)."""
+        topic = self.topic
+        starts = {(topic.topic_id, p, 1): log.start for p, log in self.logs.items()}
+        for topic_id, partition in retirable([topic], starts):
+            parents = list(topic.partitions[partition].parents)
+            self.state.apply_once(retire_command(topic_id, partition))
+            if topic.partitions[partition].state != "retired":
+                self._fail(f"partition {partition} was not retired")
+            if parents:
+                self._fail(f"partition {partition} retired before its parents {parents}")
+            self.stats["retired"] += 1
+
     def _begin(self) -> None:
         if self.topic.operation is not None or len(self.topic.partitions) > 40:
             return
@@ -327,6 +379,13 @@ class SplitSim:
             if seal is not None and any(e[0] == "rec" for e in entries[seal:]):
                 self._fail(f"partition {number} holds a record after its seal")
             assignment = partitions[number]
+            if assignment.state == "retired":
+                if log.start < assignment.seal_end or assignment.replicas:
+                    self._fail(f"partition {number} retired with records left")
+                if any(number in a.parents for a in partitions):
+                    self._fail(f"partition {number} retired but still someone's parent")
+            if log.start and assignment.state not in ("sealed", "retired"):
+                self._fail(f"retention emptied partition {number}, which is not sealed")
             if assignment.state == "sealed":
                 committed = seal is not None and seal < len(log.committed)
                 if not committed or assignment.seal_end != seal + 1:
@@ -338,6 +397,8 @@ class SplitSim:
         for writer in self.writers:
             for seq, partition, index in writer.acked:
                 entries = self.logs[partition].committed
+                if index < self.logs[partition].start:
+                    continue  # removed by retention
                 if index >= len(entries) or entries[index] != ("rec", writer.key, seq):
                     self._fail(f"acknowledged record {writer.key!r}:{seq} lost")
 
@@ -345,10 +406,11 @@ class SplitSim:
         """Read in lineage order (ascending partition numbers, each to its end)."""
         read: dict[bytes, list[int]] = {}
         for number in sorted(self.logs):
-            for entry in self.logs[number].committed:
+            log = self.logs[number]
+            for entry in log.committed[log.start :]:
                 if entry[0] == "rec":
                     read.setdefault(entry[1], []).append(entry[2])
         for writer in self.writers:
-            acked = [seq for seq, _p, _i in writer.acked]
+            acked = [seq for seq, p, i in writer.acked if i >= self.logs[p].start]
             if read.get(writer.key, []) != acked:
                 self._fail(f"key {writer.key!r} reads {read.get(writer.key)} but acked {acked}")

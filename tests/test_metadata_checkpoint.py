@@ -76,15 +76,18 @@ class Commands:
 
     def _fresh(self, state: MetadataState, rng: random.Random) -> dict[str, Any]:
         topics = list(state.topics.values())
-        kind = rng.randrange(16)
+        kind = rng.randrange(19)
         if kind == 0 or not topics:
             n = rng.randint(1, 4)
             name = f"t{rng.randrange(12)}"
             replicas = [rng.sample(NODES, 2) for _ in range(n)]
+            spec = settings(n)
+            if rng.random() < 0.4:
+                spec["partitioning"] = "range"  # key-range topics split, merge and retire
             return {
                 "op": "create_topic",
                 "name": name,
-                "settings": settings(n),
+                "settings": spec,
                 "replicas": replicas,
             }
         topic = rng.choice(topics)
@@ -102,7 +105,7 @@ class Commands:
             }
         if kind == 3:
             target = rng.choice([n for n in NODES if n not in assignment.replicas])
-            source = rng.choice(assignment.replicas)
+            source = rng.choice(assignment.replicas or NODES)  # none: retired
             return {**base, "op": "start_move", "from": source, "to": target}
         if kind in (4, 5):
             op = "finish_move" if kind == 4 else "abort_move"
@@ -152,7 +155,7 @@ class Commands:
                 "set": {"lock_ms": value} if rng.random() < 0.7 else {},
                 "reset": ["lock_ms"] if rng.random() < 0.2 else [],
             }
-        if kind == 14:  # users (laminar/auth/state.py)
+        if kind == 17:  # users (laminar/auth/state.py)
             name = rng.choice(["alice", "bob", "carol"])
             op = rng.choice(["create_user", "create_user", "alter_user", "delete_user"])
             command = {"op": op, "name": name, "superuser": rng.random() < 0.5}
@@ -161,7 +164,7 @@ class Commands:
             if op == "create_user" and not state.auth.internal_secret:
                 command["internal_secret"] = f"{rng.getrandbits(256):064x}"
             return command
-        if kind == 15:
+        if kind == 18:
             kind_of = rng.choice(["topic", "prefix", "any"])
             rule = {
                 "principal": rng.choice(["alice", "bob", "*"]),
@@ -170,6 +173,30 @@ class Commands:
                 "operation": rng.choice(["produce", "consume", "admin"]),
             }
             return {"op": rng.choice(["add_acl", "add_acl", "remove_acl"]), "rule": rule}
+        if kind == 14:
+            return {
+                "op": "begin_split",
+                "name": topic.name,
+                "partition": partition,
+                "at": None,
+                "from": len(topic.partitions),
+                "replicas": [rng.sample(NODES, 2) for _ in range(2)],
+            }
+        if kind == 15 and topic.operation is not None:
+            ends = {str(p): rng.randrange(50) for p in topic.operation["parents"]}
+            return {
+                "op": "finish_op",
+                "name": topic.name,
+                "op_id": topic.operation["id"],
+                "ends": ends,
+            }
+        if kind in (15, 16):
+            sealed = [i for i, a in enumerate(topic.partitions) if a.state == "sealed"]
+            return {
+                "op": "retire_partition",
+                "topic_id": topic.topic_id,
+                "partition": rng.choice(sealed) if sealed else partition,
+            }
         if kind == 12:
             n = rng.randint(1, 2)
             return {

@@ -24,9 +24,9 @@ def _run_one(seed: int) -> dict[str, int]:
 def test_split_sim_many_seeds() -> None:
     failures, totals = run_seeds(_run_one, SEED_BASE, SEEDS, REPLAY)
     assert not failures, "\n\n".join(failures)
-    for seen in ("splits", "merges", "finished", "leader_crashes", "driver_crashes"):
+    for seen in ("splits", "merges", "finished", "leader_crashes", "driver_crashes", "retired"):
         assert totals[seen] >= SEEDS, (seen, totals)
-    for seen in ("refused_sealed", "stale_answers", "lost", "acked"):
+    for seen in ("refused_sealed", "stale_answers", "lost", "acked", "retention"):
         assert totals[seen] > 0, (seen, totals)
 
 

@@ -179,7 +179,8 @@ class Consumer:
         for tp in list(self._assignment):
             if tp not in wanted:
                 self._forget(tp)
-        new = [tp for tp in wanted if tp not in self._fetch_offsets]
+        # A retired partition (key-range topics) has nothing left to read or seek in.
+        new = [tp for tp in wanted if tp not in self._fetch_offsets and not _retired(cluster, tp)]
         self._assignment = list(dict.fromkeys(wanted))
         for tp in wanted:
             if cluster.topic(tp.topic).partitioning == "range":
@@ -212,7 +213,11 @@ class Consumer:
             raise ValueError("rebalance listeners need a group_id")
         for name in names:
             description = await self.cluster.wait_for_topic(name, 5.0)
-            tps = [TopicPartition(name, p.partition) for p in description.partitions]
+            tps = [
+                TopicPartition(name, p.partition)
+                for p in description.partitions
+                if p.state != "retired"
+            ]
             if description.partitioning == "range":
                 self._lineage.follow(name)
             await self.assign(
@@ -707,3 +712,9 @@ async def fetch_partition(
         start = result.payloadOffset
         return payload[start : start + result.payloadLength], result.highWatermark, result.logStart
     return None
+
+
+def _retired(cluster: Cluster, tp: TopicPartition) -> bool:
+    """Whether ``tp`` is a retired partition of a key-range topic (``laminar.splits``)."""
+    partitions = cluster.topic(tp.topic).partitions
+    return 0 <= tp.partition < len(partitions) and partitions[tp.partition].state == "retired"

@@ -21,7 +21,8 @@ class PartitionDescription:
     ``crc32c(key)``); -1 for hash topics."""
     range_end: int = -1
     state: str = "active"
-    """``active``, ``pending`` (created by a split or merge still under way) or ``sealed``."""
+    """``active``, ``pending`` (created by a split or merge still under way), ``sealed`` or
+    ``retired`` (a sealed partition retention emptied: no replicas, nothing to read)."""
     parents: tuple[int, ...] = ()
     """The partitions this one was split or merged from."""
     seal_end: int = -1

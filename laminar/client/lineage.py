@@ -55,14 +55,15 @@ class Lineage:
                 continue
             for partition in description.partitions:
                 tp = TopicPartition(topic, partition.partition)
-                if tp not in have and partition.state != "pending":
+                if tp not in have and partition.state not in ("pending", "retired"):
                     out.append(tp)
         return out
 
     def readable(self, tp: TopicPartition, position: Callable[[TopicPartition], int]) -> bool:
         """Whether to fetch ``tp`` now: not a pending child, not a sealed partition already
-        read to its end, and every assigned parent read to its seal end (``position`` of a
-        partition counts its records still buffered as unread)."""
+        read to its end, not a retired one (retention removed all of it), and every assigned
+        parent read to its seal end or retired (``position`` of a partition counts its records
+        still buffered as unread)."""
         description = self._metadata().topics.get(tp.topic)
         if tp.topic not in self.topics or description is None:
             return True
@@ -70,7 +71,7 @@ class Lineage:
         if tp.partition >= len(partitions):
             return True
         info = partitions[tp.partition]
-        if info.state == "pending":
+        if info.state in ("pending", "retired"):
             return False
         if info.state == "sealed" and _at(position, tp) >= info.seal_end:
             return False  # read to its end
@@ -80,6 +81,8 @@ class Lineage:
             if read_to < 0:
                 continue  # not read by this consumer: nothing to wait for
             parent_info = partitions[parent]
+            if parent_info.state == "retired":
+                continue  # nothing of it is left to read
             if parent_info.state != "sealed" or read_to < parent_info.seal_end:
                 return False
         return True

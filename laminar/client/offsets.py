@@ -14,7 +14,7 @@ from typing import Any
 from laminar.client.cluster import Cluster
 from laminar.client.retry import retrying
 from laminar.client.types import TopicPartition
-from laminar.errors import LaminarError
+from laminar.errors import LaminarError, PartitionRetiredError
 from laminar.protocol import read_error
 
 
@@ -26,6 +26,13 @@ def target_node(cluster: Cluster, tp: TopicPartition) -> int:
     replicas = cluster.replicas_for(tp)
     if replicas:
         return replicas[0]
+    if any(
+        p.partition == tp.partition and p.state == "retired"
+        for p in cluster.topic(tp.topic).partitions
+    ):
+        raise PartitionRetiredError(
+            f"{tp.topic}/{tp.partition} was retired: retention removed all its records"
+        )
     raise ConnectionError(f"{tp.topic}/{tp.partition} has no replica known yet")
 
 

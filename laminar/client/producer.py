@@ -562,7 +562,9 @@ class Producer:
                 # Settled: the partition shows sealed, or no operation is open (a pending child
                 # refused a record sent to it by number, and is active by now).
                 state = description.partitions[tp.partition].state
-                if state == "sealed" or (description.operation is None and state == "active"):
+                if state in ("sealed", "retired") or (
+                    description.operation is None and state == "active"
+                ):
                     break
                 if loop.time() - batches[0].created > self.delivery_timeout:
                     raise PartitionSealedError(f"{tp} is sealed but no metadata shows by whom")

@@ -4,8 +4,10 @@ A split or merge seals its parents and gives their ranges to children (``laminar
 a group to read each key in order, a child goes to a member only once the group has committed
 every parent to its seal end (its records were processed), as KIP-848 proposes and Kinesis does
 with shard lineage; a sealed partition committed to its end is given to nobody any more, and a
-pending child (its split still finishing) neither. Pure functions: the coordinator calls them
-with the lineage from the metadata and the group's committed offsets.
+pending child (its split still finishing) neither, nor a retired partition (retention removed
+all of it; it left its children's parents, so they are free once no other parent holds them).
+Pure functions: the coordinator calls them with the lineage from the metadata and the group's
+committed offsets.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def lineage_of(topics: Mapping[str, Any]) -> dict[str, dict[int, RangePartition]
 
 
 def finished(info: RangePartition, committed: int | None) -> bool:
+    if info.state == "retired":
+        return True  # nothing of it is left to read
     return info.state == "sealed" and committed is not None and committed >= info.seal_end
 
 
@@ -63,7 +67,7 @@ def blocked(
 
         for index, info in partitions.items():
             if (
-                info.state == "pending"
+                info.state in ("pending", "retired")
                 or finished(info, committed(index))
                 or any(
                     not finished(partitions[p], committed(p))
@@ -78,9 +82,15 @@ def blocked(
 def starts(
     lineage: Lineage, before: frozenset[TopicPartition], after: frozenset[TopicPartition]
 ) -> list[TopicPartition]:
-    """Children that became assignable (blocked before, not now): they start at offset 0."""
+    """Children that became assignable (blocked before, not now): they start at offset 0.
+
+    Only children are ever freed (a partition without parents is never blocked, and one that
+    was finished stays blocked), so a child freed because its last parent retired (and left
+    its parents) starts at 0 too."""
     return sorted(
         tp
         for tp in before - after
-        if tp[0] in lineage and tp[1] in lineage[tp[0]] and lineage[tp[0]][tp[1]].parents
+        if tp[0] in lineage
+        and tp[1] in lineage[tp[0]]
+        and lineage[tp[0]][tp[1]].state not in ("pending", "retired")
     )

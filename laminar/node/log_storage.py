@@ -102,6 +102,9 @@ class LogStorage:
             self.producers.record(header, entry.index, entry.last)
             if header.attributes & ATTR_CONTROL and is_seal(entry.data, header):  # not metadata
                 self.seal_offset = entry.index
+                # The seal closes its segment, so retention may delete it like any other and
+                # empty the sealed log (then the partition retires: ``laminar.splits.retire``).
+                log.roll()
 
     def truncate(self, index: int) -> None:
         self.log.truncate(index)

@@ -98,8 +98,9 @@ class PartitionAssignment:
     """Range topics: the key-hash range ``[range_start, range_end)`` (-1: hash topic)."""
     range_end: int = -1
     state: str = "active"
-    """Range topics: ``active``, ``pending`` (a child before its split finishes) or
-    ``sealed`` (a parent: no record is accepted, readable up to ``seal_end``)."""
+    """Range topics: ``active``, ``pending`` (a child before its split finishes), ``sealed``
+    (a parent: no record is accepted, readable up to ``seal_end``) or ``retired`` (a sealed
+    partition retention emptied: no replicas, not readable; its number stays taken)."""
     parents: list[int] = field(default_factory=list)
     """Range topics: the partitions this one was split or merged from (lineage)."""
     seal_end: int = -1
@@ -258,6 +259,11 @@ class MetadataState:
             return split_ops.begin(topic, command, lambda replicas: _assigned(replicas, index))
         if op == "finish_op":
             return split_ops.finish(self._topic(command["name"]), command)
+        if op == "retire_partition":
+            topic = self.topic_by_id(command["topic_id"])
+            if topic is None:
+                return None  # deleted meanwhile
+            return split_ops.retire(topic, command)
         if op in AUTH_OPS:
             return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")

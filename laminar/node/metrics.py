@@ -258,6 +258,8 @@ class NodeCollector(Collector):
         for topic in sorted(s.state.topics.values(), key=lambda t: t.name):
             missing = 0
             for index, assignment in enumerate(topic.partitions):
+                if assignment.state == "retired":
+                    continue  # a key-range partition retention emptied: it has no group
                 replica = by_group.get(group_id(topic.topic_id, index))
                 leader = replica.raft.leader_id if replica is not None else assignment.leader
                 if leader == 0 or leader not in live:

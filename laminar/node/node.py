@@ -54,6 +54,7 @@ from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.log import LogConfig
+from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
 from laminar.transport import split_address
 
@@ -69,6 +70,7 @@ GROUP_TOPIC_CHANGES = frozenset(
         "begin_split",
         "begin_merge",
         "finish_op",
+        "retire_partition",
     )
 )
 BEGIN_OPS = ("begin_split", "begin_merge")
@@ -162,6 +164,7 @@ class Node:
         )  # fmt: skip
         self.calls.register("seal_partition", self.splits.serve_seal)
         self.calls.register("split_load", self.splits.serve_load)
+        self.calls.register("split_starts", self.splits.serve_starts)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
         self.observability = Observability(self) if config.metrics_listen else None
@@ -399,6 +402,10 @@ class Node:
                 replica = self.runtime.remove(group_id(result.topic_id, partition))
                 if replica is not None:
                     self.spawn(self._delete_files(replica))
+        elif op == "retire_partition" and result is not None:  # laminar.splits.retire
+            replica = self.runtime.remove(group_id(command["topic_id"], command["partition"]))
+            if replica is not None:
+                self.spawn(self._delete_files(replica))
         elif op == "register_node" and result.node_id != self.node_id:
             self.peers.add_peer(result.node_id, result.peer_address)
         elif op == "forget_node" and result != self.node_id:
@@ -598,7 +605,7 @@ class Node:
             if replica.group == METADATA_GROUP or replica.closed:
                 continue
             try:
-                deleted += replica.log.expire(now, upto=replica.high_watermark)
+                deleted += replica.log.expire(now, upto=retention_upto(replica, self.state.topics))
             except Exception as exc:  # a storage fault stays in its partition
                 self.runtime.fail(replica, exc)
         return deleted

@@ -20,6 +20,7 @@ from laminar.errors import (
     InvalidRequestError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    PartitionRetiredError,
     PartitionSealedError,
     RequestTimeoutError,
     UnknownPartitionError,
@@ -28,7 +29,7 @@ from laminar.errors import (
 from laminar.node.replica import Replica, Waiter
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
-from laminar.splits.ops import ACTIVE, PENDING
+from laminar.splits.ops import ACTIVE, PENDING, RETIRED
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -61,6 +62,10 @@ class PartitionIO:
                 f"not partition {partition}"
             )
         replica = node.replica_for(topic_name, partition)
+        if replica is None and topic.partitions[partition].state == RETIRED:
+            raise PartitionRetiredError(
+                f"{topic_name}/{partition} was retired: retention removed all its records"
+            )
         if replica is None:
             leader = topic.partitions[partition].leader
             raise NotLeaderError(

@@ -12,6 +12,10 @@ operation that the split driver (``driver.py``, run on the metadata leader) fini
    (``seal.py``). The seal's offset + 1 is the parent's end.
 3. ``finish_op`` (with each parent's end): parents become ``sealed``, children ``active``, the
    operation closes. The range map now routes the parents' ranges to the children.
+4. Later, ``retire_partition``: once retention has removed every record of a sealed partition
+   on all its replicas (``retire.py`` decides on the metadata leader), it becomes ``retired``:
+   no replicas (every node deletes its copy), no leader, out of every child's parents. Its
+   number stays taken, so partition numbers never repeat.
 
 ``begin_*`` is the commit point: once it is in the metadata, the operation is completed (a seal
 needs only the parent's group to have a leader, which any write to it needs too). It is never
@@ -27,7 +31,7 @@ from typing import Any
 from laminar.errors import InvalidRequestError
 from laminar.splits.ranges import HASH_SPACE, merge_ranges, split_range
 
-ACTIVE, PENDING, SEALED = "active", "pending", "sealed"
+ACTIVE, PENDING, SEALED, RETIRED = "active", "pending", "sealed", "retired"
 RANGE = "range"
 
 
@@ -117,3 +121,34 @@ def finish(topic: Any, command: dict[str, Any]) -> Any:
         topic.partitions[child].state = ACTIVE
     topic.operation = None
     return topic
+
+
+def retire(topic: Any, command: dict[str, Any]) -> Any:
+    """Apply ``retire_partition``: a sealed partition whose records retention removed
+    everywhere leaves the lineage. Refused while a move touches it, and while one of its own
+    parents is not retired yet (their records are older: readers must finish them before its
+    children, which become parentless now). Returns None if it is retired already."""
+    partition = command["partition"]
+    if type(partition) is not int or not 0 <= partition < len(topic.partitions):
+        raise InvalidRequestError(f"topic {topic.name!r} has no partition {partition!r}")
+    assignment = topic.partitions[partition]
+    if assignment.state == RETIRED:
+        return None
+    if assignment.state != SEALED:
+        raise InvalidRequestError(
+            f"partition {partition} of {topic.name!r} is {assignment.state}, not sealed"
+        )
+    if assignment.moving:
+        raise InvalidRequestError(f"partition {partition} of {topic.name!r} is being moved")
+    if assignment.parents:
+        raise InvalidRequestError(
+            f"partition {partition} of {topic.name!r} still has parents {assignment.parents}"
+        )
+    assignment.state = RETIRED
+    assignment.replicas = []
+    assignment.origins = {}
+    assignment.leader = 0
+    for other in topic.partitions:
+        if partition in other.parents:
+            other.parents = [p for p in other.parents if p != partition]
+    return assignment

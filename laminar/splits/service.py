@@ -6,7 +6,9 @@ Every ``DRIVE_INTERVAL`` the metadata leader hands the topics with an open opera
 actions: ask every parent's leader to seal it (idempotent: a sealed parent answers with its
 end), then propose ``finish_op`` with the ends. Nothing of it is durable beyond the metadata
 and the seals, so a new metadata leader picks up whatever its predecessor left, and a parent
-whose leader died is sealed by the next leader of its group.
+whose leader died is sealed by the next leader of its group. Every ``RETIRE_INTERVAL`` it also
+asks every node for the log starts of its sealed replicas and retires the partitions retention
+emptied everywhere (``retire.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica
 from laminar.splits.auto import AutoScaler, PartitionView, Policy, policy_of
 from laminar.splits.driver import Action, Seal, SplitDriver
+from laminar.splits.retire import retirable, retire_command, sealed_replicas
 from laminar.splits.seal import seal_batch
 
 log = structlog.get_logger(__name__)
@@ -34,6 +37,8 @@ DRIVE_INTERVAL = 0.1
 SAMPLE_INTERVAL = 1.0
 """Seconds between load samples of automatic topics (``auto.py``)."""
 SEAL_TIMEOUT = 5.0
+RETIRE_INTERVAL = 1.0
+"""Seconds between rounds that look for sealed partitions retention emptied (``retire.py``)."""
 
 
 @dataclass
@@ -54,6 +59,7 @@ class SplitService:
         self._acting: set[asyncio.Task[None]] = set()
         self._auto = AutoScaler()
         self._task: asyncio.Task[None] | None = None
+        self._retiring = False
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="split-driver")
@@ -102,7 +108,7 @@ class SplitService:
         """Feed the sans-I/O driver (``driver.py``) and carry out its actions."""
         driver: SplitDriver | None = None
         loop = asyncio.get_running_loop()
-        next_sample = 0.0
+        next_sample = next_retire = 0.0
         while True:
             await asyncio.sleep(DRIVE_INTERVAL)
             if not self.is_metadata_leader():
@@ -114,6 +120,11 @@ class SplitService:
             if loop.time() >= next_sample and self._auto_topics():
                 next_sample = loop.time() + SAMPLE_INTERVAL
                 self._spawn(self._sample_and_decide())
+            if loop.time() >= next_retire and not self._retiring:
+                next_retire = loop.time() + RETIRE_INTERVAL
+                if self._any_sealed():
+                    self._retiring = True
+                    self._spawn(self._retire_round())
             for action in driver.step(loop.time(), self.in_progress()):
                 self._spawn(self._act(driver, action))
 
@@ -121,6 +132,49 @@ class SplitService:
         task = asyncio.create_task(coroutine)
         self._acting.add(task)
         task.add_done_callback(self._acting.discard)
+
+    # retiring sealed partitions retention emptied, on the metadata leader ---------------------
+    def _any_sealed(self) -> bool:
+        return any(
+            a.state == "sealed" and a.replicas
+            for t in self.state.topics.values()
+            if t.settings.partitioning == "range"
+            for a in t.partitions
+        )
+
+    async def serve_starts(self, _peer: int, _body: Any) -> list[list[int]]:
+        return self.starts()
+
+    def starts(self) -> list[list[int]]:
+        """[topic id, partition, log start] of the sealed replicas hosted here."""
+        out: list[list[int]] = []
+        for name, topic_id, index in sealed_replicas(self.state.topics.values(), self.node_id):
+            replica = self.replica_for(name, index)
+            if replica is not None and not replica.closed:
+                out.append([topic_id, index, replica.log.start_offset])
+        return out
+
+    async def _retire_round(self) -> None:
+        try:
+            nodes = [n for n in self.state.nodes if n != self.node_id]
+            answers = await asyncio.gather(
+                *(self.call(n, "split_starts", {}, RETIRE_INTERVAL) for n in nodes),
+                return_exceptions=True,
+            )
+            starts: dict[tuple[int, int, int], int] = {}
+            for node, answer in zip([self.node_id, *nodes], [self.starts(), *answers], strict=True):
+                if isinstance(answer, list):
+                    for item in answer:
+                        with contextlib.suppress(TypeError, ValueError, IndexError):
+                            starts[(int(item[0]), int(item[1]), node)] = int(item[2])
+            for topic_id, partition in retirable(self.state.topics.values(), starts):
+                try:
+                    await self.propose(retire_command(topic_id, partition))
+                    log.info("sealed partition retired", topic_id=topic_id, partition=partition)
+                except (LaminarError, ConnectionError) as exc:
+                    log.info("retirement refused", partition=partition, error=str(exc))
+        finally:
+            self._retiring = False
 
     # automatic splits and merges, on the metadata leader -------------------------------------
     def _auto_topics(self) -> dict[str, Policy]:
