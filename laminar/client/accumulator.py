@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 
@@ -183,6 +184,46 @@ class RecordAccumulator:
             del self._open[tp]  # full: the next record starts a new batch
             look = True
         return handle, look
+
+    def append_many(
+        self,
+        tp: TopicPartition,
+        records: list[RecordTuple],
+        cumulative: list[int],
+        lo: int = 0,
+        hi: int | None = None,
+        now: float | None = None,
+    ) -> list[tuple[ProducerBatch, int, int]]:
+        """Buffer a partition's ``records[lo:hi]`` in order (``cumulative[i]``: the size of
+        ``records[:i + 1]``), filling the open batch and then new ones, each up to
+        ``batch_bytes`` (a record larger than that gets a batch of its own); returns the
+        slices: (batch, index of the first record in it, count). The sender must look."""
+        segments: list[tuple[ProducerBatch, int, int]] = []
+        count = len(records) if hi is None else hi
+        start = lo
+        done_bytes = cumulative[lo - 1] if lo else 0  # the size of records[:start]
+        while start < count:
+            batch = self._open.get(tp)
+            if batch is None:
+                batch = self._new_batch(tp, now)
+            room = self.batch_bytes - batch.size
+            end = bisect_right(cumulative, done_bytes + room, start, count)
+            if end == start:
+                if batch.records:  # the next record does not fit: close this batch
+                    del self._open[tp]
+                    continue
+                end = start + 1  # larger than a batch: alone in a new one
+            size = cumulative[end - 1] - done_bytes
+            first = len(batch.records)
+            batch.records.extend(records[start:end])
+            batch.size += size
+            self.buffered_bytes += size
+            segments.append((batch, first, end - start))
+            if end < count or batch.size >= self.batch_bytes:
+                del self._open[tp]  # full (the next record did not fit)
+            done_bytes = cumulative[end - 1]
+            start = end
+        return segments
 
     def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
         created_at = self._loop.time() if now is None else now
