@@ -109,6 +109,7 @@ class Workload:
         self.connections: dict[int, Connection] = {}
         self.not_leader = 0
         self.leaderless = 0
+        self.led_after_s = 0.0
         self._parts: list[Any] = []
         self._stale = asyncio.Event()
         self._refresher: asyncio.Task[None] | None = None
@@ -117,7 +118,9 @@ class Workload:
         """Wait until every partition has a leader, connect to every node."""
         for node, address in self.addresses.items():
             self.connections[node] = await Connection.open(address)
+        started = time.monotonic()
         await self._lookup(timeout)
+        self.led_after_s = round(time.monotonic() - started, 2)
         self.leaderless = len(self._parts) - sum(len(led) for led in self.leaders.values())
         self._refresher = asyncio.create_task(self._refresh())
 
@@ -192,6 +195,8 @@ def _batch(records: int) -> bytes:
 
 def _summary(latencies: list[float], records: int, elapsed: float) -> dict[str, float]:
     latencies.sort()
+    if not latencies:  # nothing acknowledged (every answer was NotLeader)
+        return {"records_per_s": 0, "p50_ms": None, "p99_ms": None}
     return {
         "records_per_s": round(records / elapsed),
         "p50_ms": round(latencies[len(latencies) // 2] * 1000, 2),
@@ -272,6 +277,10 @@ async def run(args: argparse.Namespace, root: Path, tree: Path) -> dict[str, Any
                 topic = f"p{partitions}"
                 await admin.create_topic(topic, partitions=partitions, replication_factor=3)
                 works[partitions] = Workload(topic, cluster.bootstrap, addresses)
+        for work in works.values():  # every topic led before anything is measured
+            await work.open()
+            work.close()
+        await asyncio.sleep(2)
         out: dict[str, Any] = {}
         for _ in range(args.repeat):
             for partitions, work in works.items():
@@ -296,9 +305,11 @@ async def run(args: argparse.Namespace, root: Path, tree: Path) -> dict[str, Any
                     )
                     figures["not_leader_replies"] = work.not_leader
                     figures["leaderless_at_start"] = work.leaderless
+                    figures["all_led_after_s"] = work.led_after_s
                 finally:
                     work.close()
                 out.setdefault(str(partitions), []).append(figures)
+                print(tree, partitions, json.dumps(figures), file=sys.stderr, flush=True)
         return out
     finally:
         cluster.stop()
@@ -314,7 +325,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]], few: str, many: str) -> dic
         for phase in ("saturated", "paced"):
             for name, value in median(key, phase).items():
                 figures[f"p{key}_{phase}_{name}"] = value
-    ratio = figures[f"p{many}_saturated_records_per_s"] / figures[f"p{few}_saturated_records_per_s"]
+    few_rate = figures[f"p{few}_saturated_records_per_s"]
+    ratio = figures[f"p{many}_saturated_records_per_s"] / few_rate if few_rate else 0.0
     figures[f"saturated_ratio_{many}_vs_{few}"] = round(ratio, 3)
     return figures
 
