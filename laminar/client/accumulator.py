@@ -13,6 +13,7 @@ import itertools
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from laminar.client.delivery import RecordFuture, resolve
 from laminar.client.types import Headers, RecordMetadata, TopicPartition
@@ -45,6 +46,7 @@ class ProducerBatch:
     __slots__ = (
         "attempts",
         "base_offset",
+        "callbacks",
         "created",
         "data",
         "done",
@@ -75,6 +77,8 @@ class ProducerBatch:
         self.base_offset = -1
         self.error: BaseException | None = None
         self.waiters: list[tuple[asyncio.Future[RecordMetadata], int]] = []
+        # done callbacks of per-record handles that have no future of their own (gather)
+        self.callbacks: list[tuple[Any, Any, Any]] = []
         self.done: asyncio.Future[None] = loop.create_future()
 
     def build(
@@ -116,6 +120,11 @@ class ProducerBatch:
         for future, index in self.waiters:
             resolve(future, self, index)
         self.waiters.clear()
+        if self.callbacks:
+            call_soon = self.loop.call_soon
+            for fn, handle, context in self.callbacks:
+                call_soon(fn, handle, context=context)
+            self.callbacks.clear()
         if not self.done.done():
             self.done.set_result(None)
 
