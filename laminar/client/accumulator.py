@@ -319,6 +319,10 @@ class RecordAccumulator:
         """Whether ``tp`` has a batch in flight (its next one waits for the acknowledgement)."""
         return tp in self._in_flight
 
+    def queued(self, tp: TopicPartition) -> int:
+        """Batches of ``tp`` waiting or in flight: how long a new batch would wait there."""
+        return len(self._queues.get(tp, ())) + (tp in self._in_flight)
+
     def busy(self, tp: TopicPartition) -> bool:
         """Whether a record for ``tp`` would wait behind a batch in flight or queued."""
         return tp in self._in_flight or bool(self._queues.get(tp))

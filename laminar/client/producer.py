@@ -314,6 +314,13 @@ class Producer:
             sticky, chunk_bytes = partition, 1 << 62  # one run: all to that partition
         else:
             sticky = self._partitioner(topic, None, count)
+            if keys is None and self._default_partitioner is not None:
+                # Whole batches: start at the partition with the shortest queue (Kafka's
+                # adaptive partitioning), as each partition has one batch in flight at a time.
+                sticky = min(
+                    ((sticky + i) % count for i in range(count)),
+                    key=lambda p: accumulator.queued(tps[p]),
+                )
             if keys is not None:
                 partitioner = self._partitioner
 
