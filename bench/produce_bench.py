@@ -159,7 +159,7 @@ async def api_produce(
         bootstrap,
         acks="all",
         linger_ms=5,
-        batch_bytes=256 * 1024,
+        batch_bytes=args.api_batch_bytes,
         compression=args.compression,
     ) as producer:
         deadline = time.perf_counter() + seconds
@@ -449,6 +449,12 @@ if __name__ == "__main__":
     )
     parser.add_argument("--scrape-interval", type=float, default=1.0)
     parser.add_argument("--r1-only", action="store_true", help="only the 1-node lean produce")
+    parser.add_argument(
+        "--api-batch-bytes",
+        type=int,
+        default=256 * 1024,
+        help="the Producer's batch_bytes (one batch per partition is in flight at a time)",
+    )
     arguments = parser.parse_args()
     if arguments.seconds is None:
         arguments.seconds = 8.0 if arguments.quick else 15.0
