@@ -65,3 +65,18 @@ async def test_send_many_survives_a_killed_leader_in_order_without_duplicates(
     for partition in range(3):  # input order per partition
         mine = [m.offset for m in results if m.partition == partition]
         assert mine == sorted(mine)
+
+
+async def test_send_many_on_a_key_range_topic_places_keys_as_send_does(
+    cluster: ClusterHandle,
+) -> None:
+    async with Admin(cluster.bootstrap) as admin:
+        await admin.create_topic("ranged", 4, 3, partitioning="range")
+    keys = [f"user-{i}".encode() for i in range(200)]
+    async with Producer(cluster.bootstrap) as producer:
+        one_by_one = [await producer.send("ranged", b"a", key=k) for k in keys]
+        bulk = await producer.send_many("ranged", [b"b"] * len(keys), keys=keys)
+        await bulk
+        singles = [await f for f in one_by_one]
+    assert [m.partition for m in bulk.metadata()] == [m.partition for m in singles]
+    assert len({m.partition for m in singles}) > 1

@@ -126,9 +126,15 @@ class BulkDelivery:
         """The first failure (None if every record was acknowledged); only once done."""
         if not self.done():
             raise asyncio.InvalidStateError("not every record is settled yet")
-        for batch in self._batches():
-            if batch.error is not None:
-                return batch.error
+        for _, segments in self._groups:
+            for batch, first, count in segments:
+                if batch.forwards is not None:  # re-sent elsewhere after a split's seal
+                    for handle in batch.forwards[first : first + count]:
+                        error = handle.exception()
+                        if error is not None:
+                            return error
+                elif batch.error is not None:
+                    return batch.error
         return None
 
     def __await__(self) -> Generator[Any, None, None]:
@@ -153,9 +159,13 @@ class BulkDelivery:
                 partition = batch.tp.partition
                 base = batch.base_offset
                 records = batch.records
+                forwards = batch.forwards
                 for j in range(count):
                     position = positions[taken + j]
-                    if error is not None:
+                    if forwards is not None:  # re-sent elsewhere after a split's seal
+                        handle = forwards[first + j]
+                        out[position] = handle.exception() or handle.result()
+                    elif error is not None:
                         out[position] = error
                     else:
                         offset = base + first + j if base >= 0 else -1

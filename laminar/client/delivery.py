@@ -29,6 +29,7 @@ class DeliveryBatch(Protocol):
     records: list[Any]
     waiters: list[tuple[asyncio.Future[RecordMetadata], int]]
     callbacks: list[tuple[Any, Any, Any]]
+    forwards: list[RecordFuture] | None
 
     @property
     def tp(self) -> tuple[str, int]: ...
@@ -52,6 +53,8 @@ class RecordFuture:
 
     def _metadata(self) -> RecordMetadata:
         batch = self._batch
+        if batch.forwards is not None:  # sent on to another partition after a seal
+            return batch.forwards[self._index].result()
         error = batch.error
         if error is not None:
             raise error
@@ -105,6 +108,8 @@ class RecordFuture:
             return self._future.exception()
         if not self._batch.finished:
             raise asyncio.InvalidStateError("Exception is not set.")
+        if self._batch.forwards is not None:
+            return self._batch.forwards[self._index].exception()
         return self._batch.error
 
     def cancel(self, msg: Any = None) -> bool:
@@ -153,6 +158,14 @@ class RecordFuture:
 def resolve(future: asyncio.Future[RecordMetadata], batch: DeliveryBatch, index: int) -> None:
     """Settle one record's real future from its finished batch (unless it was cancelled)."""
     if future.done():
+        return
+    if batch.forwards is not None:
+        forwarded = batch.forwards[index]
+        error = forwarded.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(forwarded.result())
         return
     if batch.error is not None:
         future.set_exception(batch.error)
