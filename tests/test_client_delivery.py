@@ -71,6 +71,38 @@ async def test_cancelling_one_wait_leaves_the_batch_and_other_records_alone() ->
     assert len(done) == 3 and not pending
 
 
+async def test_gather_and_wait_over_records_make_no_future_per_record() -> None:
+    _, batch, handles = _filled(500)
+    gathered = asyncio.gather(*handles)
+    waited = asyncio.ensure_future(asyncio.wait(handles[:10]))
+    await asyncio.sleep(0)
+    assert not batch.waiters  # callbacks wait on the batch, not on a future per record
+    assert all(h._future is None for h in handles)
+    batch.complete(1000)
+    results = await gathered
+    assert [m.offset for m in results] == list(range(1000, 1500))
+    done, pending = await waited
+    assert len(done) == 10 and not pending
+    assert not batch.callbacks  # asyncio.wait removed its callbacks, gather's ran
+
+
+async def test_cancelling_a_gathered_record_cancels_the_gather_at_once() -> None:
+    _, batch, handles = _filled(3)
+    gathered = asyncio.gather(*handles)
+    await asyncio.sleep(0)
+    assert handles[1].cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(gathered, 5)  # not left waiting for the batch
+    calls: list[object] = []
+    handles[2].add_done_callback(calls.append)
+    assert handles[2].remove_done_callback(calls.append) == 1
+    batch.complete(0)
+    await asyncio.sleep(0)
+    assert not calls
+    assert (await handles[0]).offset == 0 and handles[1].cancelled()
+    assert not handles[0].cancel()  # settled: nothing to cancel
+
+
 async def test_acks_none_resolves_with_offset_minus_one() -> None:
     _, batch, handles = _filled(2)
     batch.complete(-1)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from laminar.node.raft_codec import GroupMessage
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
@@ -98,3 +100,48 @@ async def test_a_commit_notice_is_acknowledged_without_a_pass(tmp_path: Path) ->
         assert replica.log.durable_offset == 5
     finally:
         await runtime.stop()
+
+
+async def test_a_pass_over_many_logs_syncs_them_on_the_pool_before_any_ack(
+    tmp_path: Path,
+) -> None:
+    # Many groups written at once: one pass fdatasyncs their logs spread over the flush pool,
+    # and no group's acknowledgement leaves before its own log is durable to the acked end.
+    count = 24
+    durable_when_acked: dict[int, tuple[int, int]] = {}
+    replicas: dict[int, Replica] = {}
+
+    def send(_peer: int, messages: list[GroupMessage]) -> None:
+        for group, message in messages:
+            if message.type is MessageType.APPEND_RESP:
+                durable_when_acked[group] = (message.index, replicas[group].log.durable_offset)
+        if len(durable_when_acked) == count:
+            done.set()
+
+    done = asyncio.Event()
+    runtime = MultiRaft(FOLLOWER, 1.0, send, lambda _replica: None, flush_threads=4)
+    runtime.start()
+    try:
+        for i in range(count):
+            replicas[GROUP + i] = replica = Replica.open(
+                GROUP + i,
+                FOLLOWER,
+                tmp_path / f"p{i}",
+                LogConfig(),
+                ConfState(voters=(1, 2, 3)),
+                RaftConfig(deliver_committed=False, seed=i),
+            )
+            runtime.add(replica)
+        for i in range(count):  # all in one loop turn: one drain, one pass for them all
+            runtime.step(GROUP + i, append(-1, 0, entries(1, 0, 3), -1))
+        await asyncio.wait_for(done.wait(), 20)
+        assert all(index == 2 and durable >= 3 for index, durable in durable_when_acked.values())
+        assert runtime.flush_cycles < count  # passes covered many logs each
+        assert runtime.fsync_seconds.count >= count  # every log's flush was timed
+    finally:
+        await runtime.stop()
+
+
+def test_flush_threads_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="flush_threads"):
+        MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _r: None, flush_threads=0)

@@ -559,3 +559,25 @@ def test_inflight_bytes_cap_pauses_replication() -> None:
     net.heal()
     net.tick_all(3)
     assert net.entries(2) == net.entries(1)
+
+
+def test_a_heartbeat_answer_does_not_wait_for_durability_but_an_append_ack_does() -> None:
+    # The runtime holds after_persist messages for the next group-commit pass; a heartbeat
+    # answer promises nothing about the log, so a slow disk must not delay it into an election.
+    net = leader_net()
+    net[1].propose(b"x")
+    appends = [m for m in net.take() if m.type == MessageType.APPEND and m.to == 2]
+    heartbeats: list[Message] = []
+    for _ in range(ET):
+        net.tick(1)
+        heartbeats += [m for m in net.take() if m.type == MessageType.HEARTBEAT and m.to == 2]
+        if heartbeats:
+            break
+    assert appends and heartbeats
+    net[2].step(appends[0])
+    net[2].step(heartbeats[0])
+    answers = net.take()
+    acks = [m for m in answers if m.type == MessageType.APPEND_RESP]
+    beats = [m for m in answers if m.type == MessageType.HEARTBEAT_RESP]
+    assert acks and all(m.after_persist for m in acks)
+    assert beats and not any(m.after_persist for m in beats)

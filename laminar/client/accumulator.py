@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 from laminar.client.delivery import RecordFuture, resolve
 from laminar.client.types import Headers, RecordMetadata, TopicPartition
@@ -44,6 +46,7 @@ class ProducerBatch:
     __slots__ = (
         "attempts",
         "base_offset",
+        "callbacks",
         "created",
         "data",
         "done",
@@ -75,6 +78,8 @@ class ProducerBatch:
         self.base_offset = -1
         self.error: BaseException | None = None
         self.waiters: list[tuple[asyncio.Future[RecordMetadata], int]] = []
+        # done callbacks of per-record handles that have no future of their own (gather)
+        self.callbacks: list[tuple[Any, Any, Any]] = []
         self.done: asyncio.Future[None] = loop.create_future()
         self.forwards: list[RecordFuture] | None = None
         """Set when the batch's partition was sealed and its records were sent elsewhere:
@@ -137,6 +142,11 @@ class ProducerBatch:
         for future, index in self.waiters:
             resolve(future, self, index)
         self.waiters.clear()
+        if self.callbacks:
+            call_soon = self.loop.call_soon
+            for fn, handle, context in self.callbacks:
+                call_soon(fn, handle, context=context)
+            self.callbacks.clear()
         if not self.done.done():
             self.done.set_result(None)
 
@@ -205,6 +215,46 @@ class RecordAccumulator:
             del self._open[tp]  # full: the next record starts a new batch
             look = True
         return handle, look
+
+    def append_many(
+        self,
+        tp: TopicPartition,
+        records: list[RecordTuple],
+        cumulative: list[int],
+        lo: int = 0,
+        hi: int | None = None,
+        now: float | None = None,
+    ) -> list[tuple[ProducerBatch, int, int]]:
+        """Buffer a partition's ``records[lo:hi]`` in order (``cumulative[i]``: the size of
+        ``records[:i + 1]``), filling the open batch and then new ones, each up to
+        ``batch_bytes`` (a record larger than that gets a batch of its own); returns the
+        slices: (batch, index of the first record in it, count). The sender must look."""
+        segments: list[tuple[ProducerBatch, int, int]] = []
+        count = len(records) if hi is None else hi
+        start = lo
+        done_bytes = cumulative[lo - 1] if lo else 0  # the size of records[:start]
+        while start < count:
+            batch = self._open.get(tp)
+            if batch is None:
+                batch = self._new_batch(tp, now)
+            room = self.batch_bytes - batch.size
+            end = bisect_right(cumulative, done_bytes + room, start, count)
+            if end == start:
+                if batch.records:  # the next record does not fit: close this batch
+                    del self._open[tp]
+                    continue
+                end = start + 1  # larger than a batch: alone in a new one
+            size = cumulative[end - 1] - done_bytes
+            first = len(batch.records)
+            batch.records.extend(records[start:end])
+            batch.size += size
+            self.buffered_bytes += size
+            segments.append((batch, first, end - start))
+            if end < count or batch.size >= self.batch_bytes:
+                del self._open[tp]  # full (the next record did not fit)
+            done_bytes = cumulative[end - 1]
+            start = end
+        return segments
 
     def _new_batch(self, tp: TopicPartition, now: float | None) -> ProducerBatch:
         created_at = self._loop.time() if now is None else now
@@ -303,6 +353,10 @@ class RecordAccumulator:
     def sending(self, tp: TopicPartition) -> bool:
         """Whether ``tp`` has a batch in flight (its next one waits for the acknowledgement)."""
         return tp in self._in_flight
+
+    def queued(self, tp: TopicPartition) -> int:
+        """Batches of ``tp`` waiting or in flight: how long a new batch would wait there."""
+        return len(self._queues.get(tp, ())) + (tp in self._in_flight)
 
     def busy(self, tp: TopicPartition) -> bool:
         """Whether a record for ``tp`` would wait behind a batch in flight or queued."""

@@ -28,6 +28,7 @@ class DeliveryBatch(Protocol):
     error: BaseException | None
     records: list[Any]
     waiters: list[tuple[asyncio.Future[RecordMetadata], int]]
+    callbacks: list[tuple[Any, Any, Any]]
     forwards: list[RecordFuture] | None
 
     @property
@@ -113,15 +114,41 @@ class RecordFuture:
 
     def cancel(self, msg: Any = None) -> bool:
         """Cancels waiting for this record (the record itself may still be delivered)."""
-        return self._real().cancel(msg)
+        if self._future is None and self._batch.finished:
+            return False
+        future = self._real()
+        # Callbacks kept on the batch (add_done_callback) now belong to the real future, so
+        # they run with the cancellation rather than when the batch is settled.
+        callbacks = self._batch.callbacks
+        mine = [c for c in callbacks if c[1] is self]
+        if mine:
+            callbacks[:] = [c for c in callbacks if c[1] is not self]
+            for fn, _handle, context in mine:
+                future.add_done_callback(fn, context=context)
+        return future.cancel(msg)
 
     def add_done_callback(
         self, fn: Callable[[Any], object], *, context: Context | None = None
     ) -> None:
-        self._real().add_done_callback(fn, context=context)
+        """``fn(self)`` once the record is settled, scheduled with ``call_soon`` as asyncio
+        futures do. No future is made for it: ``asyncio.gather`` over many records costs a
+        callback each, not a future each."""
+        batch = self._batch
+        if self._future is not None:
+            self._future.add_done_callback(fn, context=context)
+        elif batch.finished:
+            batch.loop.call_soon(fn, self, context=context)
+        else:
+            batch.callbacks.append((fn, self, context))
 
     def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
-        return 0 if self._future is None else self._future.remove_done_callback(fn)
+        callbacks = self._batch.callbacks
+        kept = [c for c in callbacks if not (c[1] is self and c[0] == fn)]
+        removed = len(callbacks) - len(kept)
+        callbacks[:] = kept
+        if self._future is not None:
+            removed += self._future.remove_done_callback(fn)
+        return removed
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "pending"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Sequence
 from ssl import SSLContext
@@ -19,6 +20,7 @@ from time import time_ns
 from typing import Any
 
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
+from laminar.client.bulk import BulkDelivery, plan
 from laminar.client.cluster import Cluster
 from laminar.client.connection import credentials_of, is_retriable
 from laminar.client.delivery import RecordFuture
@@ -55,6 +57,19 @@ def _as_bytes(name: str, value: object) -> bytes | None:
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"{name} must be bytes or None, not {type(value).__name__}")
+
+
+def _bytes_list(name: str, items: Sequence[object]) -> list[bytes | None]:
+    """``items`` as a list of bytes/None (bytearray and memoryview copied); TypeError naming
+    the first bad item otherwise."""
+    out = list(items)
+    for index, item in enumerate(out):
+        if item is not None and type(item) is not bytes:
+            if isinstance(item, bytearray | memoryview):
+                out[index] = bytes(item)
+            else:
+                raise TypeError(f"{name} #{index} must be bytes or None, not {type(item).__name__}")
+    return out  # type: ignore[return-value]
 
 
 def _check_headers(headers: Headers) -> Headers:
@@ -269,6 +284,100 @@ class Producer:
             self._wakeup.set()
             await asyncio.sleep(0)
         return handle
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Sequence[bytes | None],
+        *,
+        keys: Sequence[bytes | None] | None = None,
+        headers: Headers = (),
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> BulkDelivery:
+        """Buffer many records at once (the bulk path: several times the records/s of one
+        ``send`` per record); the returned ``BulkDelivery`` is awaited for their
+        acknowledgement.
+
+        ``keys`` (one per value) place records by key as ``send`` does; without keys and
+        ``partition``, whole batches go to the partitions in turn. ``headers`` and
+        ``timestamp_ms`` (default now) apply to every record. Order, retries, idempotence
+        and back-pressure are those of ``send``: records of one partition keep their input
+        order, also against records given to ``send``."""
+        accumulator = self._accumulator
+        if accumulator is None or self._closed:
+            raise RuntimeError("producer is not started or already closed")
+        if not isinstance(values, Sequence) or isinstance(values, bytes | bytearray | str):
+            raise TypeError("values must be a sequence of bytes (e.g. a list), one per record")
+        values = _bytes_list("value", values)
+        if keys is not None:
+            if not isinstance(keys, Sequence) or isinstance(keys, bytes | bytearray | str):
+                raise TypeError("keys must be a sequence of bytes or None, one per value")
+            keys = _bytes_list("key", keys)
+        if headers:
+            headers = tuple(_check_headers(headers))
+        if timestamp_ms is None:
+            timestamp_ms = time_ns() // 1_000_000
+        if self._rerouting and topic in self._rerouting:
+            await self._rerouting[topic][1].wait()  # (as in send: keys keep their order)
+        description = self._cluster.metadata.topics.get(topic)  # type: ignore[union-attr]
+        cached = self._partition_cache.get(topic)
+        if cached is None or cached[0] is not description:
+            cached = await self._cache_partitions(topic)
+        tps = cached[1]
+        route = cached[2]
+        count = len(tps)
+        choose = None
+        chunk_bytes = self._batch_bytes
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise UnknownPartitionError(
+                    f"topic {topic!r} has no partition {partition} (it has {count})"
+                )
+            sticky, chunk_bytes = partition, 1 << 62  # one run: all to that partition
+        elif route is not None:  # a key-range topic: every record where its range is open
+            sticky = 0
+            partitioner = self._partitioner
+
+            def choose(key: bytes | None) -> int:
+                return route.pick(key, partitioner, topic)
+
+            if keys is None:
+                keys = [None] * len(values)
+        else:
+            sticky = self._partitioner(topic, None, count)
+            if keys is None and self._default_partitioner is not None:
+                # Whole batches: start at the partition with the shortest queue (Kafka's
+                # adaptive partitioning), as each partition has one batch in flight at a time.
+                sticky = min(
+                    ((sticky + i) % count for i in range(count)),
+                    key=lambda p: accumulator.queued(tps[p]),
+                )
+            if keys is not None:
+                partitioner = self._partitioner
+
+                def choose(key: bytes | None) -> int:
+                    return partitioner(topic, key, count)
+
+        delivery = BulkDelivery(topic, len(values))
+        groups = plan(values, keys, headers, timestamp_ms, count, choose, sticky, chunk_bytes)
+        piece = max(self._batch_bytes, self.buffer_bytes // 8)
+        for number, (positions, records, cumulative) in groups.items():
+            tp = tps[number]
+            segments: list[tuple[ProducerBatch, int, int]] = []
+            start, end, total = 0, len(records), 0
+            while start < end:
+                if accumulator.buffered_bytes >= self.buffer_bytes:
+                    self._wakeup.set()
+                    await self._wait_for_space(accumulator)
+                stop = max(start + 1, bisect_right(cumulative, total + piece, start, end))
+                segments += accumulator.append_many(tp, records, cumulative, start, stop)
+                total = cumulative[stop - 1]
+                start = stop
+            delivery.add(positions, segments)
+        self._wakeup.set()
+        await asyncio.sleep(0)  # let the sender take the full batches now
+        return delivery
 
     async def _cache_partitions(self, topic: str) -> CachedTopic:
         """The topic's description, one TopicPartition per partition (reused per record) and,

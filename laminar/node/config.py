@@ -32,6 +32,8 @@ class NodeConfig:
     tick_ms: int = 50
     election_ticks: int = 10
     flush_interval_ms: int = 2
+    flush_threads: int = 16
+    """Threads fdatasyncing a group-commit pass's partition logs in parallel (runtime.py)."""
     retention_check_ms: int = 60_000
     default_segment_bytes: int = 64 * 1024 * 1024
     default_segment_ms: int = 7 * DAY_MS

@@ -94,6 +94,7 @@ class Node:
             on_replica_failed=lambda replica, error: self.repair.replica_failed(replica, error),
             may_campaign=self.amnesia.may_campaign,
             before_cut=self.amnesia.cutting,
+            flush_threads=config.flush_threads,
         )
         self.peers = PeerNetwork(
             self.node_id,
