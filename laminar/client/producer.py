@@ -22,7 +22,7 @@ from typing import Any
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
 from laminar.client.bulk import BulkDelivery, plan
 from laminar.client.cluster import Cluster
-from laminar.client.connection import is_retriable
+from laminar.client.connection import credentials_of, is_retriable
 from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.log import get_logger
@@ -120,6 +120,8 @@ class Producer:
         compression: str | None = None,
         compression_level: int | None = None,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
         formats): each batch's records are compressed once, when it is built, and stored and
@@ -138,6 +140,7 @@ class Producer:
             raise UnsupportedCompressionError("compression_level needs a compression codec")
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
@@ -169,7 +172,10 @@ class Producer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + 5, ssl=self.ssl
+            self.bootstrap,
+            request_timeout=self.request_timeout + 5,
+            ssl=self.ssl,
+            credentials=self.credentials,
         )
         self._accumulator = RecordAccumulator(
             batch_bytes=self._batch_bytes,

@@ -20,7 +20,7 @@ from ssl import SSLContext
 from typing import Any
 
 from laminar.client.cluster import Cluster
-from laminar.client.connection import is_retriable
+from laminar.client.connection import credentials_of, is_retriable
 from laminar.client.decoding import InflatedBatches, decode_consumer_records
 from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
@@ -73,6 +73,8 @@ class ShareConsumer:
         prefetch: bool = True,
         member_id: str | None = None,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("a share consumer needs a group")
@@ -83,6 +85,7 @@ class ShareConsumer:
             raise ValueError("lock_ms and max_records must be positive")
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.group = group
         self.topics = names
         self.lock_ms = lock_ms
@@ -118,6 +121,7 @@ class ShareConsumer:
             self.bootstrap,
             request_timeout=self.request_timeout + self.max_wait_ms / 1000,
             ssl=self.ssl,
+            credentials=self.credentials,
         )
         self._settler = Settler(
             self._cluster,

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from laminar.auth.state import AUTH_OPS, AuthState
 from laminar.errors import (
     ERRORS_BY_CODE,
     InvalidConfigError,
@@ -157,6 +158,8 @@ class MetadataState:
     queue_configs: dict[str, dict[str, queue_config.Value]] = field(default_factory=dict)
     """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
     A changed group gets a new dict, so a reader may compare by identity."""
+    auth: AuthState = field(default_factory=AuthState)
+    """Users, ACLs and the nodes' internal secret (laminar/auth/state.py)."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Outcome of the last REMEMBERED_REQUESTS commands by request id, as JSON values
     (``remembered``; an error as ``{"error": code, "message": text}``), so a checkpoint
@@ -261,6 +264,8 @@ class MetadataState:
             if topic is None:
                 return None  # deleted meanwhile
             return split_ops.retire(topic, command)
+        if op in AUTH_OPS:
+            return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import structlog
 
+from laminar.auth.acl import Authorizer
+from laminar.auth.admin import AuthAdmin
 from laminar.errors import (
     LaminarError,
 )
@@ -146,7 +148,10 @@ class Node:
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
             client_ssl=config.security.tls.own_client_context(),
+            login=lambda: self.state.auth.internal_login(),
         )
+        self.authorizer = Authorizer(lambda: self.state.auth)
+        self.auth_admin = AuthAdmin(service.propose, lambda: self.state.auth)
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
