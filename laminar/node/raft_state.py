@@ -8,6 +8,8 @@ restarted replica learns the commit again from its leader.
 from __future__ import annotations
 
 import json
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from laminar.raft import ConfState, HardState
@@ -26,6 +28,33 @@ def load_state(directory: Path) -> tuple[HardState | None, ConfState | None]:
         voters=tuple(data["voters"]), learners=tuple(data["learners"]), index=data["conf_index"]
     )
     return hard, conf
+
+
+@dataclass(slots=True, frozen=True)
+class StateToSave:
+    """A hard state captured on the loop, numbered in capture order (``stamp``)."""
+
+    stamp: int
+    hard: HardState
+    conf: ConfState
+
+
+@dataclass(eq=False)
+class StateWriter:
+    """Saves one group's state file from the loop (a log reset) and the flush threads (a
+    pass) alike: writes never interleave (they share one temp file), and a state captured
+    earlier never replaces one captured later that reached the disk first."""
+
+    directory: Path
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _written: int = 0
+
+    def save(self, state: StateToSave) -> None:
+        with self._lock:
+            if state.stamp <= self._written:
+                return
+            save_state(self.directory, state.hard, state.conf)
+            self._written = state.stamp
 
 
 def save_state(directory: Path, hard: HardState, conf: ConfState) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from laminar.errors import NotLeaderError
 from laminar.node.log_storage import LogStorage
-from laminar.node.raft_state import load_state
+from laminar.node.raft_state import StateToSave, StateWriter, load_state
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
 from laminar.segment.log import LogConfig, PartitionLog
 
@@ -75,6 +75,11 @@ class Replica:
     closed: bool = False
     log_closed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the log's files are closed (a close may wait for a flush in flight)."""
+    _state_stamp: int = 0
+    _state_writer: StateWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._state_writer = StateWriter(self.directory)
 
     @classmethod
     def open(
@@ -165,7 +170,7 @@ class Replica:
             and saved.conf == (self.conf or raft.committed_conf)
         )
 
-    def state_to_save(self) -> tuple[HardState, ConfState] | None:
+    def state_to_save(self) -> StateToSave | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
         raft = self.raft
         conf = self.conf or raft.committed_conf
@@ -178,7 +183,12 @@ class Replica:
         ):
             return None
         self.saved = SavedState(raft.term, raft.vote, conf)
-        return HardState(raft.term, raft.vote, raft.commit), conf
+        self._state_stamp += 1
+        return StateToSave(self._state_stamp, HardState(raft.term, raft.vote, raft.commit), conf)
+
+    def save_state(self, state: StateToSave) -> None:
+        """Write a captured state (from the loop or a flush thread; see ``StateWriter``)."""
+        self._state_writer.save(state)
 
     def wake_fetchers(self) -> None:
         waiters, self.fetch_waiters = self.fetch_waiters, []

@@ -36,14 +36,14 @@ import structlog
 
 from laminar.errors import NotLeaderError
 from laminar.node.raft_codec import GroupMessage
-from laminar.node.raft_state import save_state
+from laminar.node.raft_state import StateToSave
 from laminar.node.replica import Replica
-from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+from laminar.raft import EntryKind, Message, MessageType
 from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
-FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
+FlushJob = tuple[Replica, int, int, list[Message], StateToSave | None]
 
 log = structlog.get_logger(__name__)
 
@@ -142,7 +142,7 @@ class MultiRaft:
             replica.log.flush()
             state = replica.state_to_save()
             if state is not None:
-                save_state(replica.directory, *state)
+                replica.save_state(state)
 
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
@@ -263,7 +263,7 @@ class MultiRaft:
                     replica.conf = ready.conf_state
                 state = replica.state_to_save()
                 if state is not None:
-                    save_state(replica.directory, *state)
+                    replica.save_state(state)
                 if self._before_cut is not None:
                     self._before_cut(replica.group, ready.reset[0])
                 storage.reset(*ready.reset)
@@ -522,5 +522,5 @@ def _sync_chunk(jobs: list[FlushJob]) -> list[float]:
         replica.log.flush()
         seconds.append(clock() - started)
         if state is not None:
-            save_state(replica.directory, *state)
+            replica.save_state(state)
     return seconds
