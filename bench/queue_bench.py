@@ -116,7 +116,7 @@ def measure(args: list[str], servers: list[int], timeout: float) -> dict[str, An
 # --------------------------------------------------------------------------- laminar
 
 
-async def laminar_worker(bootstrap: str, total: int) -> None:
+async def laminar_worker(bootstrap: str, batch: int) -> None:
     acked = 0
     first = last = cpu_first = cpu_last = 0.0
     chunks: list[tuple[int, Any]] = []  # (count, gathered acks of one fetch), oldest first
@@ -129,7 +129,7 @@ async def laminar_worker(bootstrap: str, total: int) -> None:
         last, cpu_last = time.time(), time.process_time()
 
     async with ShareConsumer(
-        bootstrap, "bench", TOPIC, from_earliest=True, max_records=200, max_wait_ms=200
+        bootstrap, "bench", TOPIC, from_earliest=True, max_records=batch, max_wait_ms=200
     ) as consumer:
         idle_since = time.monotonic()
         while True:
@@ -169,7 +169,7 @@ async def laminar_worker(bootstrap: str, total: int) -> None:
     )
 
 
-async def laminar_side(work: Path, total: int) -> dict[str, Any]:
+async def laminar_side(work: Path, total: int, batch: int) -> dict[str, Any]:
     cluster = LocalCluster(work / "laminar", free_port_pairs(3), log_level="warning")
     cluster.start()
     try:
@@ -182,7 +182,7 @@ async def laminar_side(work: Path, total: int) -> dict[str, Any]:
             address = (await admin.cluster.refresh_metadata()).brokers[leader]
         await write_laminar(address, total)
         pids = [node.pid for node in cluster.nodes.values() if node.pid is not None]
-        figures = measure(["laminar", bootstrap, str(total)], pids, 600)
+        figures = measure(["laminar", bootstrap, str(batch)], pids, 600)
         assert figures["acked"] == total, f"laminar acked {figures['acked']} of {total}"
         return figures
     finally:
@@ -212,7 +212,7 @@ async def write_laminar(address: str, total: int) -> None:
 # --------------------------------------------------------------------------- NATS
 
 
-async def nats_worker(urls: str, total: int) -> None:
+async def nats_worker(urls: str, batch: int) -> None:
     import nats
 
     client = await nats.connect(urls.split(","))
@@ -223,7 +223,7 @@ async def nats_worker(urls: str, total: int) -> None:
     idle_since = time.monotonic()
     while True:
         try:
-            messages = await sub.fetch(200, timeout=0.2)
+            messages = await sub.fetch(batch, timeout=0.2)
         except (nats.errors.TimeoutError, TimeoutError):
             messages = []
         if not messages:
@@ -255,7 +255,7 @@ async def nats_worker(urls: str, total: int) -> None:
     )
 
 
-async def nats_side(work: Path, total: int) -> dict[str, Any]:
+async def nats_side(work: Path, total: int, batch: int) -> dict[str, Any]:
     import nats
     from nats.js.api import AckPolicy, ConsumerConfig
 
@@ -274,7 +274,7 @@ async def nats_side(work: Path, total: int) -> dict[str, Any]:
                 *(js.publish(SUBJECT, PAYLOAD) for _ in range(min(2000, total - start)))
             )
         await client.close()
-        figures = measure(["nats", ",".join(urls), str(total)], pids, 600)
+        figures = measure(["nats", ",".join(urls), str(batch)], pids, 600)
         assert figures["acked"] >= total, f"NATS acked {figures['acked']} of {total}"
         return figures
 
@@ -285,13 +285,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "messages": total,
         "members": MEMBERS,
         "message_bytes": len(PAYLOAD),
+        "batch": args.batch,
         "laminar_client": "laminar.client.ShareConsumer, one process per member",
     }
     with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
         work = Path(tmp)
         laminar = nats = None
         if args.only != "nats":
-            laminar = await laminar_side(work, total)
+            laminar = await laminar_side(work, total, args.batch)
             figures["laminar_acked_per_s"] = round(laminar["per_s"])
             figures["laminar_node_cpu_ms_per_1k"] = laminar["server_cpu_ms_per_1k"]
             figures["laminar_member_cpu_ms_per_1k"] = laminar["member_cpu_ms_per_1k"]
@@ -303,7 +304,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             figures["nats_acked_per_s"] = None
         else:
             figures["nats_client"] = "nats-py pull consumer, one process per member"
-            nats = await nats_side(work, total)
+            nats = await nats_side(work, total, args.batch)
             figures["nats_acked_per_s"] = round(nats["per_s"])
             figures["nats_server_cpu_ms_per_1k"] = nats["server_cpu_ms_per_1k"]
             figures["nats_member_cpu_ms_per_1k"] = nats["member_cpu_ms_per_1k"]
@@ -320,15 +321,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def worker(argv: list[str]) -> None:
-    kind, address, total = argv
+    kind, address, batch = argv
     if kind == "nats":
         import nats  # noqa: F401 - imported before the start line, like laminar's client
     print("ready", flush=True)
     sys.stdin.readline()
     if kind == "laminar":
-        uvloop.run(laminar_worker(address, int(total)))
+        uvloop.run(laminar_worker(address, int(batch)))
     else:
-        uvloop.run(nats_worker(address, int(total)))
+        uvloop.run(nats_worker(address, int(batch)))
 
 
 if __name__ == "__main__":
@@ -338,6 +339,12 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20,000 messages instead of 100,000")
     parser.add_argument("--messages", type=int, default=0, help="this many messages instead")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=200,
+        help="most messages one fetch takes, both sides (laminar max_records, NATS fetch batch)",
+    )
     parser.add_argument("--only", choices=["laminar", "nats"], help="run one side only")
     result = uvloop.run(main(parser.parse_args()))
     print(json.dumps(result))

@@ -90,6 +90,8 @@ class PartitionQueues:
         self._releases: list[tuple[str, int, asyncio.Future[None]]] = []
         self._append_scheduled = False
         self._append_forced = False
+        self._appending = 0  # appends proposed and not committed yet
+        self._append_waiting = False  # records made while one was: they go when it commits
         self._since_checkpoint = 0
         self._checkpoint_at = -1  # offset of the newest checkpoint batch (-1: none yet)
         loop = asyncio.get_running_loop()
@@ -208,7 +210,7 @@ class PartitionQueues:
             taken = partition.take_dead_letters(limit=500)
             if taken:
                 letters.append((name, taken))
-        if self._checkpoint_due():
+        if not self._appending and self._checkpoint_due():  # restates what is committed
             self._checkpoint()
         self._schedule_append()
         return letters
@@ -349,6 +351,14 @@ class PartitionQueues:
 
     def _append(self, checkpoint: bool = False) -> None:
         self._append_scheduled = False
+        if self._appending and not checkpoint:
+            # One append in flight per partition (Nagle): what every member's fetch writes
+            # meanwhile goes in one batch when it commits, instead of one Raft entry (and a
+            # replication round, and a fsync on every replica) per fetch. A reply waits for
+            # at most one commit more; the commits of pipelined entries would wait for the
+            # replicas' flush passes anyway.
+            self._append_waiting = True
+            return
         forced, self._append_forced = self._append_forced, False
         if not self._usable():
             return
@@ -369,12 +379,17 @@ class PartitionQueues:
         except LaminarError as exc:
             self.end(f"append refused: {exc}")
             return
+        self._appending += 1
         self._since_checkpoint = len(items) if checkpoint else self._since_checkpoint + len(items)
         if checkpoint:
             self._checkpoint_at = base
         self._wake(self.replica)
 
     def _committed(self, future: asyncio.Future[Any], written: dict[str, int]) -> None:
+        self._appending -= 1
+        if self._append_waiting and not self._appending:
+            self._append_waiting = False
+            self._schedule_append()
         if future.cancelled() or future.exception() is not None:
             self.end("an append did not commit")
             return
