@@ -50,6 +50,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Literal, NamedTuple
 
 from laminar.durable import RecordOutbox, Reply
@@ -466,7 +467,12 @@ class SharePartition(RecordOutbox[Record]):
         self._alive()
         self.tick(now_ms)
         slots = self.state.slots
-        settled: set[int] = set()
+        # Runs in ascending order without overlap (what a member sends) cannot settle an
+        # offset twice, and their acked offsets come out as ascending ranges as they are
+        # checked; otherwise a set catches repeats and the ranges are sorted afterwards.
+        ordered = all(a[0] + a[1] <= b[0] for a, b in pairwise(runs))
+        settled: set[int] | None = None if ordered else set()
+        acked: list[list[int]] = []  # [first, end) ranges
         results: list[list[tuple[int, LaminarError]]] = []
         for first, n, count, _kind, _ms in runs:
             failed: list[tuple[int, LaminarError]] = []
@@ -477,16 +483,25 @@ class SharePartition(RecordOutbox[Record]):
                     or slot.state != ACQUIRED
                     or slot.member != member_id
                     or slot.count != count
-                    or o in settled
+                    or (settled is not None and o in settled)
                 ):
                     receipt = Receipt(member_id, o, count)
                     failed.append((o, ReceiptExpiredError(f"receipt {receipt} is not current")))
                     continue
-                settled.add(o)
+                if settled is not None:
+                    settled.add(o)
+                if acked and acked[-1][1] == o:
+                    acked[-1][1] = o + 1
+                else:
+                    acked.append([o, o + 1])
             results.append(failed)
-        if settled:
-            self._settled(settled)
-            self._write(Acked(runs_of(settled)))
+        if acked:
+            done = tuple((lo, hi) for lo, hi in acked) if settled is None else runs_of(settled)
+            deadlines = self._deadline
+            for lo, hi in done:
+                for o in range(lo, hi):
+                    deadlines.pop(o, None)
+            self._write(Acked(done))
         return Reply(results, self._written)
 
     def ack(self, receipt: Receipt, now_ms: int) -> Reply[None]:
