@@ -12,6 +12,12 @@ message taken to the last ack.
   members, driven through `nats-py` (`fetch` batches, `msg.ack()` for every message). Skipped
   with a message if `nats-server` or `nats-py` is absent (this bench installs nothing).
 
+Besides throughput, each side's CPU time per 1,000 messages, of its servers and of its
+members, over the same first-take-to-last-ack window: on a machine shared with other work,
+throughput swings with the neighbours' load while CPU per message stays put (``cpu_ratio``
+compares the two sides' totals). ``--batch`` is both sides' fetch size (laminar
+``max_records``, the NATS fetch batch).
+
 The last line is one JSON object with both figures and their ratio.
 
     python bench/queue_bench.py --quick
