@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -294,36 +295,53 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "batch": args.batch,
         "laminar_client": "laminar.client.ShareConsumer, one process per member",
     }
+    laminar_runs: list[dict[str, Any]] = []
+    nats_runs: list[dict[str, Any]] = []
+    missing = nats_available()
+    if missing is not None and args.only != "laminar":
+        print(f"skipping NATS JetStream: {missing}", file=sys.stderr)
+        figures["nats_acked_per_s"] = None
     with tempfile.TemporaryDirectory(prefix="queue-bench-") as tmp:
-        work = Path(tmp)
-        laminar = nats = None
-        if args.only != "nats":
-            laminar = await laminar_side(work, total, args.batch)
-            figures["laminar_acked_per_s"] = round(laminar["per_s"])
-            figures["laminar_node_cpu_ms_per_1k"] = laminar["server_cpu_ms_per_1k"]
-            figures["laminar_member_cpu_ms_per_1k"] = laminar["member_cpu_ms_per_1k"]
-        missing = nats_available()
-        if args.only == "laminar":
-            pass
-        elif missing is not None:
-            print(f"skipping NATS JetStream: {missing}", file=sys.stderr)
-            figures["nats_acked_per_s"] = None
-        else:
-            figures["nats_client"] = "nats-py pull consumer, one process per member"
-            nats = await nats_side(work, total, args.batch)
-            figures["nats_acked_per_s"] = round(nats["per_s"])
-            figures["nats_server_cpu_ms_per_1k"] = nats["server_cpu_ms_per_1k"]
-            figures["nats_member_cpu_ms_per_1k"] = nats["member_cpu_ms_per_1k"]
-        if laminar is not None and nats is not None:
-            figures["ratio"] = round(laminar["per_s"] / nats["per_s"], 2)
-            # CPU per message, servers and members together: how much work each side does
-            # for the same messages, whatever else the machine is running.
-            figures["cpu_ratio"] = round(
-                (nats["server_cpu_ms_per_1k"] + nats["member_cpu_ms_per_1k"])
-                / (laminar["server_cpu_ms_per_1k"] + laminar["member_cpu_ms_per_1k"]),
-                2,
-            )
+        # Rounds alternate the sides, so a burst of other work on the machine falls on both.
+        for round_ in range(args.rounds):
+            work = Path(tmp) / f"round-{round_}"
+            work.mkdir()
+            if args.only != "nats":
+                laminar_runs.append(await laminar_side(work, total, args.batch))
+            if args.only != "laminar" and missing is None:
+                nats_runs.append(await nats_side(work, total, args.batch))
+    laminar = _medians(laminar_runs)
+    nats = _medians(nats_runs)
+    if laminar is not None:
+        figures["laminar_acked_per_s"] = round(laminar["per_s"])
+        figures["laminar_node_cpu_ms_per_1k"] = laminar["server_cpu_ms_per_1k"]
+        figures["laminar_member_cpu_ms_per_1k"] = laminar["member_cpu_ms_per_1k"]
+    if nats is not None:
+        figures["nats_client"] = "nats-py pull consumer, one process per member"
+        figures["nats_acked_per_s"] = round(nats["per_s"])
+        figures["nats_server_cpu_ms_per_1k"] = nats["server_cpu_ms_per_1k"]
+        figures["nats_member_cpu_ms_per_1k"] = nats["member_cpu_ms_per_1k"]
+    if laminar is not None and nats is not None:
+        figures["ratio"] = round(laminar["per_s"] / nats["per_s"], 2)
+        # CPU per message, servers and members together: how much work each side does
+        # for the same messages, whatever else the machine is running.
+        figures["cpu_ratio"] = round(
+            (nats["server_cpu_ms_per_1k"] + nats["member_cpu_ms_per_1k"])
+            / (laminar["server_cpu_ms_per_1k"] + laminar["member_cpu_ms_per_1k"]),
+            2,
+        )
+        if args.rounds > 1:
+            figures["rounds"] = args.rounds
+            pairs = zip(laminar_runs, nats_runs, strict=True)
+            figures["ratio_per_round"] = [round(a["per_s"] / b["per_s"], 2) for a, b in pairs]
     return figures
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Each figure's median over the rounds (None: the side did not run)."""
+    if not runs:
+        return None
+    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
 def worker(argv: list[str]) -> None:
@@ -350,6 +368,9 @@ if __name__ == "__main__":
         type=int,
         default=200,
         help="most messages one fetch takes, both sides (laminar max_records, NATS fetch batch)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternate the sides this often; report medians"
     )
     parser.add_argument("--only", choices=["laminar", "nats"], help="run one side only")
     result = uvloop.run(main(parser.parse_args()))
