@@ -203,7 +203,7 @@ class QueueService:
                     await admin.create_topic(topic, 1, self._replication())
         by_offset = {letter.offset: letter for letter in letters}
         sends = []
-        for batch in driver.read(letters):
+        for batch in driver.read((letter.offset, letter.offset + 1) for letter in letters):
             for record in _records_or_placeholders(batch, by_offset):
                 letter = by_offset.get(record.offset)
                 if letter is None:
