@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.disk import DiskSpace
 from laminar.node.handoff import hand_off_leadership
+from laminar.node.leader_reports import LeaderReports
 from laminar.node.metadata import (
     METADATA_GROUP,
     MetadataState,
@@ -45,6 +47,7 @@ from laminar.node.readmission import IdentityCheck, Readmission
 from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
+from laminar.node.state_journal import JOURNAL_FILE, StateJournal
 from laminar.node.status import local_status
 from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
@@ -56,7 +59,9 @@ from laminar.transport import split_address
 log = structlog.get_logger(__name__)
 
 OPEN_AT_ONCE = 64
-"""Replicas opened in one event-loop iteration when a topic is created or grown."""
+"""Replicas opened in one event-loop iteration when a topic is created or grown ..."""
+OPEN_SLICE_SECONDS = 0.02
+"""... or fewer, once opening took this long: peers must not see this node stall."""
 
 
 class Node:
@@ -67,6 +72,7 @@ class Node:
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.amnesia = Amnesia(config.data_dir)
+        self.states = StateJournal(config.data_dir / JOURNAL_FILE)
         self.runtime = MultiRaft(
             self.node_id,
             config.tick_ms / 1000,
@@ -133,6 +139,9 @@ class Node:
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
+        self.leader_reports = LeaderReports(
+            self.node_id, service.propose, self._topic_id_of, config.tick_ms / 1000
+        )
         self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
@@ -156,6 +165,7 @@ class Node:
             learners = tuple(n for n in initial if n not in voters)
         else:  # joining a running cluster: the metadata leader adds this node as a learner
             voters, learners = (), (self.node_id,)
+        self.states.open()  # (after the identity check: it asks whether the directory is empty)
         metadata_dir = self.config.data_dir / "metadata"
         lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
@@ -167,6 +177,7 @@ class Node:
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
             topic="__metadata",
+            states=self.states,
         )
         self.identity.metadata_start = self.metadata.raft.last_index
         self.readmission.opened(self.metadata, lost)
@@ -186,6 +197,7 @@ class Node:
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
             asyncio.create_task(self.disk.watch(), name="disk-space"),
+            asyncio.create_task(self.leader_reports.run(), name="leader-reports"),
         ]
         self.spawn(self._register())
         log.info(
@@ -247,6 +259,7 @@ class Node:
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
+        self.states.close()
         log.info("node stopped", node_id=self.node_id)
 
     def spawn(self, coroutine: Any) -> asyncio.Task[Any]:
@@ -315,8 +328,14 @@ class Node:
             self.swim.rejoin(peer_address)
 
     async def _liveness_loop(self) -> None:
+        import time as _t
+        last = _t.monotonic()
         while True:
             await asyncio.sleep(self.config.tick_ms / 1000)
+            now = _t.monotonic()
+            if now - last > 0.3:
+                log.warning("LAG", lag=round(now - last, 3), down=sorted(self.peers._down))
+            last = now
             self.peers.check_liveness()
 
     def live_nodes(self) -> list[int]:
@@ -392,11 +411,18 @@ class Node:
     async def _open_partitions(self, topic: Topic, partitions: list[int], origin: int) -> None:
         """Open many new replicas a few at a time, so the event loop keeps serving peers and
         clients meanwhile (a big topic's replicas would otherwise block it for seconds)."""
-        for start in range(0, len(partitions), OPEN_AT_ONCE):
+        clock = time.perf_counter
+        position = 0
+        while position < len(partitions):
             if self.state.topics.get(topic.name) is not topic:
                 return  # deleted (or re-created) meanwhile
-            for partition in partitions[start : start + OPEN_AT_ONCE]:
-                self._open_partition(topic, partition, origin)
+            started = clock()
+            for partition in partitions[position : position + OPEN_AT_ONCE]:
+                self._open_partition(topic, partition, origin, durable_marker=False)
+                position += 1
+                if clock() - started > OPEN_SLICE_SECONDS:
+                    break
+            self.amnesia.sync_markers()  # (before the loop runs their first Ready)
             await asyncio.sleep(0)
 
     async def _report_move_target_ready(self, command: dict[str, Any], index: int) -> None:
@@ -441,6 +467,7 @@ class Node:
         self.amnesia.closed(replica.group)
         await replica.log_closed.wait()
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
+        self.states.forget(replica.directory.name)
         self.amnesia.forget(replica.directory.name)
 
     def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:
@@ -449,9 +476,12 @@ class Node:
         name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
         return self.config.data_dir / "partitions" / name
 
-    def _open_partition(self, topic: Topic, partition: int, origin: int) -> None:
+    def _open_partition(
+        self, topic: Topic, partition: int, origin: int, durable_marker: bool = True
+    ) -> None:
         """Open (or create) this node's replica; ``origin`` is the metadata offset of the
-        command that assigned it (see ``partition_dir``)."""
+        command that assigned it (see ``partition_dir``). Without ``durable_marker`` the caller
+        owes ``amnesia.sync_markers()`` before the event loop runs again."""
         group = group_id(topic.topic_id, partition)
         if group in self.runtime.replicas:
             return
@@ -459,7 +489,7 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        lost = self.amnesia.opening(group, directory.name, directory)
+        lost = self.amnesia.opening(group, directory.name, directory, durable_marker)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -475,6 +505,7 @@ class Node:
             self._raft_config(deliver_committed=False),
             topic=topic.name,
             partition=partition,
+            states=self.states,
         )
         try:
             replica = opener()
@@ -507,27 +538,11 @@ class Node:
             self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:
             return
-        topic = self.state.topics.get(replica.topic)
-        if topic is None:
-            return
-        command = {
-            "op": "set_leader",
-            "topic_id": topic.topic_id,
-            "partition": replica.partition,
-            "leader": self.node_id,
-            "term": replica.raft.term,
-        }
-        self.spawn(self._report_leader(replica, command))
+        self.leader_reports.became_leader(replica)
 
-    async def _report_leader(self, replica: Replica, command: dict[str, Any]) -> None:
-        for _ in range(50):
-            if not replica.is_leader or replica.raft.term != command["term"]:
-                return
-            try:
-                await self.metadata_service.propose(command)
-                return
-            except (LaminarError, ConnectionError):
-                await asyncio.sleep(0.1)
+    def _topic_id_of(self, name: str) -> int | None:
+        topic = self.state.topics.get(name)
+        return None if topic is None else topic.topic_id
 
     # topics --------------------------------------------------------------------------------
     def settings_for(self, spec: dict[str, Any]) -> TopicSettings:

@@ -32,8 +32,8 @@ import structlog
 
 from laminar.errors import NotLeaderError
 from laminar.node.raft_codec import GroupMessage
-from laminar.node.raft_state import save_state
 from laminar.node.replica import Replica
+from laminar.node.state_journal import StateJournal
 from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
 from laminar.stats import COUNT_BOUNDS, Buckets
 
@@ -118,11 +118,14 @@ class MultiRaft:
         self._executor.shutdown(wait=True)
 
     def _sync_all_logs(self) -> None:
+        journals = set()
         for replica in self.replicas.values():
             replica.log.flush()
             state = replica.state_to_save()
             if state is not None:
-                save_state(replica.directory, *state)
+                replica.write_state(*state)
+                journals.add(replica.states)
+        _sync_journals(journals)
 
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
@@ -243,7 +246,8 @@ class MultiRaft:
                     replica.conf = ready.conf_state
                 state = replica.state_to_save()
                 if state is not None:
-                    save_state(replica.directory, *state)
+                    replica.write_state(*state)
+                    _sync_journals({replica.states})
                 if self._before_cut is not None:
                     self._before_cut(replica.group, ready.reset[0])
                 storage.reset(*ready.reset)
@@ -453,6 +457,7 @@ def _sync_then_call(
 def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
     """Runs in the flush thread: make logs and changed hard states durable."""
     clock = time.perf_counter
+    states = []
     for replica, _last, _term, _held, state in jobs:
         if replica.closed:
             continue
@@ -461,4 +466,17 @@ def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
         if fsync_seconds is not None:
             fsync_seconds.observe(clock() - started)
         if state is not None:
-            save_state(replica.directory, *state)
+            states.append((replica, state))
+    # Hard states after every log of the pass (entries first, then the state that may name
+    # them), and with one fdatasync per journal rather than two fsyncs per group.
+    journals = set()
+    for replica, (hard, conf) in states:
+        replica.write_state(hard, conf)
+        journals.add(replica.states)
+    _sync_journals(journals)
+
+
+def _sync_journals(journals: set[StateJournal | None]) -> None:
+    for journal in journals:
+        if journal is not None:
+            journal.sync()
