@@ -1,4 +1,4 @@
-"""Many partitions on real node processes: a 1,200-partition RF 3 topic is created and fully
+"""Many partitions on real node processes: a 1,000-partition RF 3 topic is created and fully
 led, then the node leading most partitions is SIGKILLed and every partition accepts an
 acks=all write again.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from laminar.client import Admin, Producer
 from tests.cluster_fixture import start_cluster
 
-PARTITIONS = 1200
+PARTITIONS = 1000
 ALL_LED_WITHIN = 60.0
 WRITABLE_AGAIN_WITHIN = 45.0
 
