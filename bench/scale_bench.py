@@ -76,18 +76,27 @@ def load() -> float:
 
 
 class CpuMeter:
-    """CPU-seconds each node process spent between two readings."""
+    """CPU-seconds each node process spent between two readings (a restarted node counts
+    from its new process's start; a dead one is left out)."""
 
     def __init__(self, cluster: LocalCluster) -> None:
         self.cluster = cluster
         self.start = self._read()
 
-    def _read(self) -> dict[int, float]:
-        return {n: cpu_seconds(node.pid) for n, node in self.cluster.nodes.items()}
+    def _read(self) -> dict[int, tuple[int | None, float]]:
+        return {
+            n: (node.pid if node.running else None, cpu_seconds(node.pid) if node.running else 0.0)
+            for n, node in self.cluster.nodes.items()
+        }
 
     def lap(self) -> dict[str, float]:
         now = self._read()
-        spent = {str(n): round(now[n] - self.start.get(n, 0.0), 2) for n in now}
+        spent = {}
+        for n, (pid, seconds) in now.items():
+            if pid is None:
+                continue
+            before_pid, before = self.start.get(n, (None, 0.0))
+            spent[str(n)] = round(seconds - (before if before_pid == pid else 0.0), 2)
         self.start = now
         return spent
 

@@ -168,8 +168,9 @@ class MetadataState:
                 command["topic_id"], command["partition"], command["leader"], command["term"]
             )
         if op == "set_leaders":  # many partitions of one leader (leader_reports.py)
+            by_id = {topic.topic_id: topic for topic in self.topics.values()}
             for topic_id, partition, term in command["partitions"]:
-                self._set_leader(topic_id, partition, command["leader"], term)
+                self._set_leader(topic_id, partition, command["leader"], term, by_id.get(topic_id))
             return None
         if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command)
@@ -203,9 +204,9 @@ class MetadataState:
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _set_leader(
-        self, topic_id: int, partition: int, leader: int, term: int
+        self, topic_id: int, partition: int, leader: int, term: int, topic: Topic | None = None
     ) -> PartitionAssignment | None:
-        topic = self.topic_by_id(topic_id)
+        topic = topic or self.topic_by_id(topic_id)
         if topic is None or partition >= len(topic.partitions):
             return None  # the topic was deleted meanwhile
         assignment = topic.partitions[partition]

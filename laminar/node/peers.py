@@ -239,6 +239,12 @@ class PeerNetwork:
             peer = state["peer"]
             if peer and self._connections.get(peer) is protocol:
                 del self._connections[peer]
+                if not self._stopping and peer not in self._down:
+                    # A process that died closes its sockets at once (a SIGKILL): its groups
+                    # elect now rather than after dead_after of silence. A peer still alive
+                    # dials back (or is dialed) and is reported up with its hello.
+                    self._down.add(peer)
+                    self._on_down(peer)
             if closed is not None and not closed.done():
                 closed.set_result(None)
 
