@@ -301,6 +301,21 @@ def node_start(
             "(DiskFullError) until space is freed."
         ),
     ] = "256MiB",
+    metadata_checkpoint_commands: Annotated[
+        int,
+        typer.Option(
+            help="The metadata leader checkpoints the metadata state after this many "
+            "commands (the metadata log is then cut below the checkpoint).",
+            min=1,
+        ),
+    ] = 10_000,
+    metadata_checkpoint_bytes: Annotated[
+        str,
+        typer.Option(
+            help="... or after this many bytes of metadata commands (at least twice the "
+            "last checkpoint's size)."
+        ),
+    ] = "16MiB",
     max_requests_per_connection: Annotated[
         int,
         typer.Option(
@@ -426,6 +441,8 @@ def node_start(
             shutdown_handoff_ms=int(shutdown_handoff * 1000),
             reap_after_ms=int(reap_after * 1000),
             min_free_bytes=min_free,
+            metadata_checkpoint_commands=metadata_checkpoint_commands,
+            metadata_checkpoint_bytes=parse_size(metadata_checkpoint_bytes),
             max_requests_per_connection=max_requests_per_connection,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
@@ -963,7 +980,10 @@ async def _consume(
                     f"topic {topic} has no partition {number} (it has {len(available)})"
                 )
         tps = [TopicPartition(topic, p) for p in (partitions or available)]
-        await consumer.assign(tps)
+        if description.partitioning == "range" and not partitions:
+            await consumer.subscribe(topic)  # also follows partitions that splits create
+        else:
+            await consumer.assign(tps)
         kind, where = position
         if kind == "earliest":
             await consumer.seek_to_beginning(*tps)
@@ -1083,11 +1103,27 @@ def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()
             for m in status.moves
         ]
         parts.append(render_table(rows))
+    parts += cli_split.status_lines(status.operations)
     if status.faults:
         parts += ["", f"replicas not serving ({len(status.faults)})"]
         rows = [["TOPIC", "PART", "NODE", "STATE", "ERROR"]]
         rows += [
             [f.topic, str(f.partition), str(f.node_id), f.state, f.error] for f in status.faults
+        ]
+        parts.append(render_table(rows))
+    if status.metadata_log:
+        parts += ["", "metadata log (starts at its newest durable checkpoint once cut)"]
+        rows = [["NODE", "START", "END", "CHECKPOINT", "APPLIED", "SIZE"]]
+        rows += [
+            [
+                str(m.node_id),
+                str(m.start_offset),
+                str(m.end_offset),
+                str(m.checkpoint) if m.checkpoint >= 0 else "-",
+                str(m.applied),
+                format_size(m.size_bytes),
+            ]
+            for m in status.metadata_log
         ]
         parts.append(render_table(rows))
     return "\n".join(parts)
@@ -1097,6 +1133,7 @@ def main() -> None:
     app()
 
 
+from laminar import cli_split  # noqa: E402 - needs the helpers above
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
 from laminar.cli_topic import topic_app  # noqa: E402 - needs the helpers above

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from laminar import cli_split
 from laminar.cli import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
@@ -26,6 +27,7 @@ from laminar.cli_tls import client_ssl
 from laminar.client import Admin, TopicPartition
 from laminar.client.descriptions import TopicDescription
 from laminar.protocol import EARLIEST, LATEST
+from laminar.splits.ranges import HASH_SPACE
 
 topic_app = typer.Typer(
     help="Create, list, describe, grow, alter and delete topics.",
@@ -47,6 +49,26 @@ def topic_create(
     ] = None,
     segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
     segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
+    partitioning: Annotated[
+        str,
+        typer.Option(
+            help="hash (fixed partitions) or range (key-hash ranges that split and merge)."
+        ),
+    ] = "hash",
+    auto_split_above: Annotated[
+        str | None,
+        typer.Option(help="Range topics: split a partition written faster than this (20MB/s)."),
+    ] = None,
+    auto_merge_below: Annotated[
+        str | None,
+        typer.Option(help="Range topics: merge sibling partitions both slower than this (2MB/s)."),
+    ] = None,
+    auto_window: Annotated[
+        str, typer.Option(help="Range topics: the window those rates are measured over.")
+    ] = "60s",
+    max_partitions: Annotated[
+        int, typer.Option(help="Range topics: automatic splits stop here (0: 64).", min=0)
+    ] = 0,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
     """Create a topic."""
@@ -57,15 +79,32 @@ def topic_create(
             "retention_bytes": parse_size(retention_bytes) if retention_bytes else None,
             "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
             "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
+            "auto_split_above": parse_rate(auto_split_above) if auto_split_above else 0,
+            "auto_merge_below": parse_rate(auto_merge_below) if auto_merge_below else 0,
+            "auto_window_ms": parse_duration_ms(auto_window),
+            "max_partitions": max_partitions,
         }
         async with Admin(bootstrap, ssl=client_ssl()) as admin:
-            return await admin.create_topic(name, partitions, replication_factor, **options)
+            return await admin.create_topic(
+                name, partitions, replication_factor, partitioning=partitioning, **options
+            )
 
     description = run(go)
     typer.echo(
         f"created topic {description.name} ({len(description.partitions)} partitions, "
         f"replication factor {description.replication_factor})"
     )
+
+
+def _rate_or_off(text: str | None) -> int | None:
+    if text is None:
+        return None
+    return 0 if text.strip().lower() == "off" else parse_rate(text)
+
+
+def parse_rate(text: str) -> int:
+    """'20MB/s', '512k/s' or '1048576' -> bytes per second."""
+    return parse_size(text.strip().lower().removesuffix("/s"))
 
 
 @topic_app.command("list")
@@ -104,6 +143,7 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     typer.echo(f"topic {description.name} (id {description.topic_id})")
     typer.echo(f"  partitions:         {len(description.partitions)}")
     typer.echo(f"  replication factor: {description.replication_factor}")
+    typer.echo(f"  partitioning:       {description.partitioning}")
     typer.echo(f"  retention:          {format_retention(description.retention_ms)}")
     if description.retention_bytes:
         typer.echo(f"  retention bytes:    {format_size(description.retention_bytes)}")
@@ -124,6 +164,8 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
             ]
         )
     typer.echo(render_table(rows))
+    if description.partitioning == "range":
+        typer.echo("\n".join(cli_split.describe_lines(description)))
 
 
 @topic_app.command("delete")
@@ -169,9 +211,20 @@ def topic_alter(
     ] = None,
     segment_bytes: Annotated[str | None, typer.Option(help="Roll segments at this size.")] = None,
     segment_ms: Annotated[str | None, typer.Option(help="Roll segments at this age.")] = None,
+    auto_split_above: Annotated[
+        str | None, typer.Option(help="Range topics: split above this rate (20MB/s), or 'off'.")
+    ] = None,
+    auto_merge_below: Annotated[
+        str | None, typer.Option(help="Range topics: merge below this rate (2MB/s), or 'off'.")
+    ] = None,
+    auto_window: Annotated[str | None, typer.Option(help="Range topics: rate window.")] = None,
+    max_partitions: Annotated[
+        int | None, typer.Option(help="Range topics: active partitions at most (0: 64).", min=0)
+    ] = None,
     bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
 ) -> None:
-    """Change a topic's log settings at run time (every replica applies them at once)."""
+    """Change a topic's log settings (every replica applies them at once) or a range topic's
+    automatic split/merge policy, at run time."""
     changes = {
         "retention_ms": parse_retention(retention) if retention else None,
         "retention_bytes": (
@@ -181,9 +234,16 @@ def topic_alter(
         ),
         "segment_bytes": parse_size(segment_bytes) if segment_bytes else None,
         "segment_ms": parse_duration_ms(segment_ms) if segment_ms else None,
+        "auto_split_above": _rate_or_off(auto_split_above),
+        "auto_merge_below": _rate_or_off(auto_merge_below),
+        "auto_window_ms": parse_duration_ms(auto_window) if auto_window else None,
+        "max_partitions": max_partitions,
     }
     if all(value is None for value in changes.values()):
-        fail("give at least one of --retention, --retention-bytes, --segment-bytes, --segment-ms")
+        fail(
+            "give at least one of --retention, --retention-bytes, --segment-bytes, --segment-ms,"
+            " --auto-split-above, --auto-merge-below, --auto-window, --max-partitions"
+        )
 
     async def go() -> TopicDescription:
         async with Admin(bootstrap, ssl=client_ssl()) as admin:
@@ -191,3 +251,41 @@ def topic_alter(
 
     run(go)
     typer.echo(f"altered topic {name}")
+
+
+@topic_app.command("split")
+def topic_split(
+    name: str,
+    partition: int,
+    at: Annotated[
+        int | None,
+        typer.Option(
+            help="Split point in the key-hash space (crc32c of the key); default: "
+            "the middle of the partition's range.",
+            min=0,
+            max=HASH_SPACE - 1,
+        ),
+    ] = None,
+    bootstrap: Bootstrap = DEFAULT_BOOTSTRAP,
+) -> None:
+    """Split an active partition of a range topic: it is sealed and two new partitions take
+    its halves (per-key order is kept for readers that follow lineage)."""
+
+    async def go() -> TopicDescription:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+            return await admin.split_partition(name, partition, at)
+
+    typer.echo(cli_split.outcome(run(go), f"split {name}/{partition}"))
+
+
+@topic_app.command("merge")
+def topic_merge(
+    name: str, first: int, second: int, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP
+) -> None:
+    """Merge two active partitions with adjacent ranges into one new partition."""
+
+    async def go() -> TopicDescription:
+        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+            return await admin.merge_partitions(name, first, second)
+
+    typer.echo(cli_split.outcome(run(go), f"merged {name}/{first} and {name}/{second}"))

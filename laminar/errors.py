@@ -109,6 +109,14 @@ class DiskFullError(LaminarError):
     code = 14
 
 
+class PartitionSealedError(LaminarError):
+    """The partition was sealed by a split or merge (key-range topics, ``laminar.splits``): it
+    accepts no record any more. The message names the partitions that took its range over; a
+    producer refreshes its metadata and sends the records there."""
+
+    code = 15
+
+
 # Consumer groups (laminar/groups): codes 20-29.
 
 
@@ -239,6 +247,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         NotEnoughReplicasError,
         ProtocolError,
         DiskFullError,
+        PartitionSealedError,
         UnknownMemberIdError,
         FencedMemberEpochError,
         StaleMemberEpochError,

@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import uvloop
@@ -35,6 +35,7 @@ from spark_source.options import EARLIEST, LATEST, SourceOptions
 from spark_source.planning import (
     DataLossError,
     LaminarInputPartition,
+    Lineage,
     Offsets,
     Replica,
     TopicPartitionKey,
@@ -75,6 +76,8 @@ class Snapshot:
     replicas: dict[TopicPartitionKey, tuple[Replica, ...]]
     earliest: Offsets
     latest: Offsets
+    lineage: dict[TopicPartitionKey, Lineage] = field(default_factory=dict)
+    """Partitions of key-range topics: (state, parents, seal end); see ``hold_children``."""
 
 
 def _ordered_replicas(
@@ -94,6 +97,7 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
         metadata = await admin.cluster.refresh_metadata()
         wanted: list[TopicPartitionKey] = []
         replicas: dict[TopicPartitionKey, tuple[Replica, ...]] = {}
+        lineage: dict[TopicPartitionKey, Lineage] = {}
         for topic in options.topic_names:
             description = metadata.topics.get(topic)
             if description is None:
@@ -101,6 +105,8 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
             for info in description.partitions:
                 tp = (topic, info.partition)
                 replicas[tp] = _ordered_replicas(metadata.brokers, info.leader, info.replicas)
+                if description.partitioning == "range":
+                    lineage[tp] = Lineage(info.state, info.parents, info.seal_end)
         if options.assign:
             for tp in options.assign:
                 if tp not in replicas:
@@ -122,6 +128,7 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
         replicas=replicas,
         earliest={(tp.topic, tp.partition): offset for tp, offset in earliest.items()},
         latest={(tp.topic, tp.partition): offset for tp, offset in latest.items()},
+        lineage={tp: facts for tp, facts in lineage.items() if tp in replicas},
     )
     return snapshot, at_time
 

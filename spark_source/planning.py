@@ -68,6 +68,39 @@ def check_start(tp: TopicPartitionKey, start: int, log_start: int, fail_on_data_
     return log_start
 
 
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """A partition of a key-range topic, as planning needs it (``laminar.splits``)."""
+
+    state: str
+    parents: tuple[int, ...]
+    seal_end: int
+
+
+def hold_children(
+    base: Mapping[TopicPartitionKey, int],
+    latest: Offsets,
+    lineage: Mapping[TopicPartitionKey, Lineage],
+) -> Offsets:
+    """Key-range topics: a child's offsets are planned only in a micro-batch after every
+    parent's range was finished (the batch starts at or past the parent's seal end), so each
+    key's records reach the sink in the order they were written; pending partitions (a split
+    still finishing) are not planned. Partitions of a parent not read by the query do not hold
+    its children back."""
+    out = dict(latest)
+    for tp, facts in lineage.items():
+        if tp not in out:
+            continue
+        waiting = facts.state == "pending" or any(
+            (tp[0], parent) in base and base[(tp[0], parent)] < lineage[(tp[0], parent)].seal_end
+            for parent in facts.parents
+            if (tp[0], parent) in lineage
+        )
+        if waiting:
+            out[tp] = base.get(tp, out[tp])
+    return out
+
+
 def rate_limit(start: Offsets, latest: Offsets, max_offsets: int) -> Offsets:
     """End offsets reading at most ``max_offsets`` in total, shared in proportion to lag.
 

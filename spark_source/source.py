@@ -41,6 +41,7 @@ from spark_source.planning import (
     Offsets,
     check_start,
     from_json,
+    hold_children,
     rate_limit,
     split_ranges,
     to_json,
@@ -184,6 +185,8 @@ class LaminarStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 for tp, offset in latest.items()
                 if tp in self._target
             }
+        if snap.lineage:
+            latest = hold_children(base, latest, snap.lineage)
         self._latest = dict(snap.latest)
         available = sum(latest[tp] - base[tp] for tp in latest)
         if self._too_few(limit, available):

@@ -139,11 +139,11 @@ def test_a_retried_command_is_applied_once() -> None:
         "replicas": [[1]],
         "request_id": "r1",
     }
-    first, applied = state.apply_once(command)
+    _first, applied = state.apply_once(command)
     # The retry reached the log too (the first copy committed after the caller gave up).
     again, applied_again = state.apply_once({**command, "replicas": [[2]]})
     assert applied and not applied_again
-    assert again is first and state.topics["t"].partitions[0].replicas == [1]
+    assert again == {"name": "t", "topic_id": 1} and state.topics["t"].partitions[0].replicas == [1]
     assert state.next_topic_id == 2
     with pytest.raises(TopicExistsError):  # somebody else's create of the same name
         state.apply_once({**command, "request_id": "r2"})

@@ -145,6 +145,8 @@ async def test_metrics_and_health_of_a_cluster(tmp_path: Path) -> None:
         assert value(lead, "laminar_produce_latency_seconds_bucket", acks="all", le="+Inf") >= 1
         assert value(lead, "laminar_leaders", topic=TOPIC) == 1
         assert value(lead, "laminar_log_end_offset", topic=TOPIC) >= RECORDS
+        assert value(lead, "laminar_metadata_log_end_offset") > 0  # the topic's creation at least
+        assert value(lead, "laminar_metadata_log_checkpoint_offset") == -1  # none due yet
         assert value(lead, "laminar_fdatasync_seconds_count") > 0
         assert value(lead, "laminar_group_commit_logs_count") > 0
         assert value(lead, "laminar_raft_term", topic=TOPIC) >= 1

@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from laminar.client import Admin
+from laminar.client import Admin, Producer
 from laminar.errors import CorruptBatchError
 from spark_source.cluster_io import read_range, snapshot
 from spark_source.options import parse_options
@@ -406,3 +406,63 @@ def test_group_id_stores_each_micro_batch_end_as_the_groups_committed_offsets(
         committed, lag = rows[p]
         assert committed is not None and first[p] <= committed <= latest[p], (p, rows)
         assert lag == latest[p] - committed, (p, rows)
+
+
+async def _write_across_splits(bootstrap: str, topic: str) -> dict[bytes, list[tuple[int, int]]]:
+    """Keyed records written in rounds between a split, a second split and a merge of the
+    siblings; per key, (seq, offset) as acknowledged, in order."""
+    acked: dict[bytes, list[tuple[int, int]]] = {}
+    async with Admin(bootstrap) as admin, Producer(bootstrap, linger_ms=1) as producer:
+        await admin.create_topic(topic, 1, 3, partitioning="range")
+
+        async def round_(first: int) -> None:
+            handles = []
+            for seq in range(first, first + 60):
+                key = b"key-%d" % (seq % 10)
+                handles.append((key, seq, await producer.send(topic, b"%d" % seq, key=key)))
+            for key, seq, handle in handles:
+                acked.setdefault(key, []).append((seq, (await handle).offset))
+
+        await round_(0)
+        await admin.split_partition(topic, 0)
+        await round_(60)
+        await admin.split_partition(topic, 1)
+        await round_(120)
+        await admin.merge_partitions(topic, 3, 4)
+        await round_(180)
+    return acked
+
+
+def test_stream_over_splits_keeps_each_keys_order_exactly_once(
+    spark: SparkSession,
+    laminar_cluster: ClusterHandle,
+    tmp_path: Path,
+) -> None:
+    topic = "spark-splits"
+    acked = asyncio.run(_write_across_splits(laminar_cluster.bootstrap, topic))
+    seen: list[tuple[int, int, int, bytes, int]] = []
+
+    def collect(batch: DataFrame, batch_id: int) -> None:
+        for row in batch.collect():
+            seen.append((batch_id, row["partition"], row["offset"], row["key"], int(row["value"])))
+
+    df = _reader(spark, laminar_cluster, topic, startingOffsets="earliest")
+    query = (
+        df.writeStream.trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .foreachBatch(collect)
+        .start()
+    )
+    assert query.awaitTermination(180), "streaming query did not finish"
+    assert query.exception() is None, query.exception()
+    values = [v for *_rest, v in seen]
+    assert sorted(values) == list(range(240)), "lost or duplicated records"
+    for key, written in acked.items():
+        in_sink = sorted((b, o, v) for b, _p, o, k, v in seen if k == key)
+        assert [v for *_bo, v in in_sink] == [seq for seq, _offset in written], key
+    # children were planned in later micro-batches than their parents' last ranges
+    last_batch = {p: max(b for b, q, *_ in seen if q == p) for p in {q for _, q, *_ in seen}}
+    first_batch = {p: min(b for b, q, *_ in seen if q == p) for p in last_batch}
+    for child, parents in ((1, [0]), (2, [0]), (3, [1]), (4, [1]), (5, [3, 4])):
+        if child in first_batch:
+            assert all(first_batch[child] > last_batch[p] for p in parents if p in last_batch)

@@ -438,3 +438,24 @@ def test_large_ranges_are_split_into_several_tasks(fake_cluster: FakeCluster) ->
     parts = reader.partitions({"t": {"0": 0}}, {"t": {"0": 2500}})
     assert [(p.start, p.end) for p in parts] == [(0, 833), (833, 1666), (1666, 2500)]
     assert [p.index for p in parts] == [0, 1, 2]
+
+
+def test_children_are_planned_only_after_their_parents_are_finished() -> None:
+    from spark_source.planning import Lineage, hold_children
+
+    lineage = {
+        ("t", 0): Lineage("sealed", (), 10),
+        ("t", 1): Lineage("sealed", (0,), 6),
+        ("t", 2): Lineage("active", (0,), -1),
+        ("t", 3): Lineage("pending", (1,), -1),
+        ("h", 0): Lineage("active", (), -1),
+    }
+    latest = {("t", 0): 12, ("t", 1): 7, ("t", 2): 5, ("t", 3): 0, ("h", 0): 9}
+    # parent 0 not finished yet: its children stay where they are
+    base = {("t", 0): 4, ("t", 1): 0, ("t", 2): 0, ("t", 3): 0, ("h", 0): 0}
+    assert hold_children(base, latest, lineage) == {**latest, ("t", 1): 0, ("t", 2): 0}
+    # the previous batch ended at 0's seal end: 1 and 2 are planned, 3 still pending
+    base = {**base, ("t", 0): 10}
+    assert hold_children(base, latest, lineage) == latest
+    # a parent the query does not read holds nothing back
+    assert hold_children({("t", 2): 0}, {("t", 2): 5}, lineage) == {("t", 2): 5}

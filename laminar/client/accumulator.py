@@ -49,6 +49,7 @@ class ProducerBatch:
         "done",
         "error",
         "finished",
+        "forwards",
         "loop",
         "records",
         "retry_at",
@@ -75,6 +76,9 @@ class ProducerBatch:
         self.error: BaseException | None = None
         self.waiters: list[tuple[asyncio.Future[RecordMetadata], int]] = []
         self.done: asyncio.Future[None] = loop.create_future()
+        self.forwards: list[RecordFuture] | None = None
+        """Set when the batch's partition was sealed and its records were sent elsewhere:
+        record ``i``'s outcome is ``forwards[i]``'s."""
 
     def build(
         self,
@@ -109,6 +113,24 @@ class ProducerBatch:
         if not self.finished:
             self.error = error
             self._finish()
+
+    def forward(self, handles: list[RecordFuture]) -> None:
+        """Its records went to other partitions (``handles``, one per record, in order): the
+        batch is finished once all of them are, each record with its forwarded outcome."""
+        self.forwards = handles
+        pending = [h for h in handles if not h.done()]
+        if not pending:
+            self._finish()
+            return
+        left = [len(pending)]
+
+        def one_done(_future: object) -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                self._finish()
+
+        for handle in pending:
+            handle.add_done_callback(one_done)
 
     def _finish(self) -> None:
         self.finished = True
@@ -248,6 +270,19 @@ class RecordAccumulator:
         queue = self._queues.get(batch.tp)
         if queue is not None and not queue and batch.tp not in self._in_flight:
             del self._queues[batch.tp]
+
+    def take_partition(self, tp: TopicPartition) -> list[ProducerBatch]:
+        """Every batch of ``tp`` (the one in flight first, then the queue, in order), taken
+        off it with its bytes: the partition was sealed and they go elsewhere."""
+        taken = []
+        flying = self._in_flight.pop(tp, None)
+        if flying is not None:
+            taken.append(flying)
+        taken.extend(self._queues.pop(tp, ()))
+        self._open.pop(tp, None)
+        for batch in taken:
+            self.buffered_bytes -= batch.size - HEADER_SIZE
+        return taken
 
     def begin_flush(self) -> list[asyncio.Future[None]]:
         """Make every batch created so far ready now; their ``done`` futures to wait on."""

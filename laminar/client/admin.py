@@ -112,11 +112,22 @@ class Admin:
         retention_bytes: int | None = None,
         segment_bytes: int | None = None,
         segment_ms: int | None = None,
+        partitioning: str = "hash",
+        auto_split_above: int = 0,
+        auto_merge_below: int = 0,
+        auto_window_ms: int = 60_000,
+        max_partitions: int = 0,
     ) -> TopicDescription:
         """Create a topic; TopicExistsError if it exists, NotEnoughReplicasError if too few nodes.
 
         ``retention_ms=-1`` keeps data forever; None leaves a setting at the node default.
+        ``partitioning="range"``: partitions own ranges of the key-hash space and can be split
+        and merged (``split_partition``, ``merge_partitions``) with per-key order kept;
+        ``auto_split_above`` / ``auto_merge_below`` (bytes/s over ``auto_window_ms``, 0: off)
+        let the cluster do it by itself, up to ``max_partitions`` active partitions (0: 64).
         """
+        if partitioning not in ("hash", "range"):
+            raise InvalidRequestError(f"partitioning is hash or range, not {partitioning!r}")
         if not name:
             raise InvalidRequestError("topic name is empty")
         if partitions < 1:
@@ -133,6 +144,11 @@ class Admin:
             spec.retentionBytes = retention_bytes or 0
             spec.segmentBytes = segment_bytes or 0
             spec.segmentMs = segment_ms or 0
+            spec.partitioning = partitioning
+            spec.autoSplitAbove = auto_split_above
+            spec.autoMergeBelow = auto_merge_below
+            spec.autoWindowMs = auto_window_ms
+            spec.maxPartitions = max_partitions
 
         reply = await self._call(fill)
         await self.cluster.refresh_metadata()
@@ -162,6 +178,40 @@ class Admin:
         await self.cluster.refresh_metadata()
         return topic_from_reader(reply.body.topic)
 
+    async def split_partition(
+        self, name: str, partition: int, at: int | None = None
+    ) -> TopicDescription:
+        """Split an active partition of a range topic at key hash ``at`` (default: the middle
+        of its range). The partition is sealed and two new partitions take its halves; the
+        answer comes once that is done (or after 20 s with the split still under way, as the
+        description's ``operation`` shows). Sent once: a split is not retried blindly."""
+
+        def fill(body: Any) -> None:
+            request = body.init("splitPartition")
+            request.name = name
+            request.partition = partition
+            request.at = -1 if at is None else at
+
+        return await self._operate(fill)
+
+    async def merge_partitions(self, name: str, first: int, second: int) -> TopicDescription:
+        """Merge two active partitions with adjacent ranges: both are sealed and one new
+        partition takes their union. Answered like ``split_partition``."""
+
+        def fill(body: Any) -> None:
+            request = body.init("mergePartitions")
+            request.name = name
+            request.first = first
+            request.second = second
+
+        return await self._operate(fill)
+
+    async def _operate(self, fill: Any) -> TopicDescription:
+        connection = await self.cluster.any_connection()
+        reply, _ = await connection.request(fill, timeout=self.request_timeout)
+        await self.cluster.refresh_metadata()
+        return topic_from_reader(reply.body.topic)
+
     async def alter_topic(
         self,
         name: str,
@@ -170,9 +220,14 @@ class Admin:
         retention_bytes: int | None = None,
         segment_bytes: int | None = None,
         segment_ms: int | None = None,
+        auto_split_above: int | None = None,
+        auto_merge_below: int | None = None,
+        auto_window_ms: int | None = None,
+        max_partitions: int | None = None,
     ) -> TopicDescription:
         """Change log settings at run time; None keeps a setting, -1 removes a retention
-        limit. Every replica applies the change when the metadata command commits."""
+        limit. Every replica applies the change when the metadata command commits. A range
+        topic's automatic policy changes the same way (0 turns a threshold off)."""
 
         def fill(body: Any) -> None:
             request = body.init("alterTopic")
@@ -182,6 +237,10 @@ class Admin:
                 ("retentionBytes", retention_bytes),
                 ("segmentBytes", segment_bytes),
                 ("segmentMs", segment_ms),
+                ("autoSplitAbove", auto_split_above),
+                ("autoMergeBelow", auto_merge_below),
+                ("autoWindowMs", auto_window_ms),
+                ("maxPartitions", max_partitions),
             ):
                 if value is not None:
                     setattr(request, field, value)

@@ -25,6 +25,7 @@ from laminar.client.cluster import Cluster
 from laminar.client.connection import Connection, is_retriable
 from laminar.client.decoding import decode_consumer_records
 from laminar.client.group_member import Callback, CallbackListener, GroupMember, RebalanceListener
+from laminar.client.lineage import Lineage
 from laminar.client.log import get_logger
 from laminar.client.offsets import list_offsets, target_node
 from laminar.client.retry import retrying
@@ -116,6 +117,8 @@ class Consumer:
         """Set while the application is inside getmany (and before its first call): it holds
         no record it is still working on, so a revocation may run (group_member.py)."""
         self._polling.set()
+        self._lineage = Lineage(lambda: self.cluster.metadata)
+        """Key-range topics: which partitions may be read yet (children after parents)."""
         self._handed: dict[TopicPartition, int] = {}
         """Group mode: per partition, the first offset the latest getmany returned. The
         application may still be working on those records, so auto-commit stops there."""
@@ -174,6 +177,9 @@ class Consumer:
                 self._forget(tp)
         new = [tp for tp in wanted if tp not in self._fetch_offsets]
         self._assignment = list(dict.fromkeys(wanted))
+        for tp in wanted:
+            if cluster.topic(tp.topic).partitioning == "range":
+                self._lineage.gate(tp.topic)
         if new:
             reset = RESETS[self.auto_offset_reset]
             await self._seek_to(new, LATEST if reset is None else reset)
@@ -203,6 +209,8 @@ class Consumer:
         for name in names:
             description = await self.cluster.wait_for_topic(name, 5.0)
             tps = [TopicPartition(name, p.partition) for p in description.partitions]
+            if description.partitioning == "range":
+                self._lineage.follow(name)
             await self.assign(
                 [*self._assignment, *(tp for tp in tps if tp not in self._assignment)]
             )
@@ -446,9 +454,13 @@ class Consumer:
     def _start_fetches(self) -> None:
         cluster = self.cluster
         now = time.monotonic()
+        if self._lineage.topics:
+            self._follow_lineage(now)
         by_node: dict[int, list[TopicPartition]] = defaultdict(list)
         for tp in self._assignment:
             if self._buffers.get(tp) or self._backoff_until.get(tp, 0.0) > now:
+                continue
+            if self._lineage.topics and not self._lineage.readable(tp, self.position):
                 continue
             try:
                 node = target_node(cluster, tp)
@@ -462,6 +474,18 @@ class Consumer:
             # Positions are taken now: by the time the task runs, a partition may be gone.
             offsets = {tp: (self._fetch_offsets[tp], self._epochs[tp]) for tp in tps}
             self._fetches[node] = asyncio.create_task(self._fetch(node, offsets))
+
+    def _follow_lineage(self, now: float) -> None:
+        """Key-range topics: refresh the metadata now and then (splits and merges show there)
+        and, for topics read through ``subscribe``, start reading partitions that appeared
+        (children start at their first offset; they are read only once their parents are)."""
+        cluster = self.cluster
+        if self._lineage.refresh_due(now):
+            cluster.refresh_soon().add_done_callback(lambda _f: self._arrived.set())
+        for tp in self._lineage.new_partitions(cluster.metadata, self._assignment):
+            self._assignment.append(tp)
+            self._set_position(tp, 0)
+            self._seeked.add(tp)  # out of range (retention): reset per the policy
 
     def _refresh_later(self, tp: TopicPartition) -> None:
         self._backoff_until[tp] = time.monotonic() + RETRY_BACKOFF

@@ -28,6 +28,7 @@ class DeliveryBatch(Protocol):
     error: BaseException | None
     records: list[Any]
     waiters: list[tuple[asyncio.Future[RecordMetadata], int]]
+    forwards: list[RecordFuture] | None
 
     @property
     def tp(self) -> tuple[str, int]: ...
@@ -51,6 +52,8 @@ class RecordFuture:
 
     def _metadata(self) -> RecordMetadata:
         batch = self._batch
+        if batch.forwards is not None:  # sent on to another partition after a seal
+            return batch.forwards[self._index].result()
         error = batch.error
         if error is not None:
             raise error
@@ -104,6 +107,8 @@ class RecordFuture:
             return self._future.exception()
         if not self._batch.finished:
             raise asyncio.InvalidStateError("Exception is not set.")
+        if self._batch.forwards is not None:
+            return self._batch.forwards[self._index].exception()
         return self._batch.error
 
     def cancel(self, msg: Any = None) -> bool:
@@ -126,6 +131,14 @@ class RecordFuture:
 def resolve(future: asyncio.Future[RecordMetadata], batch: DeliveryBatch, index: int) -> None:
     """Settle one record's real future from its finished batch (unless it was cancelled)."""
     if future.done():
+        return
+    if batch.forwards is not None:
+        forwarded = batch.forwards[index]
+        error = forwarded.exception()
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(forwarded.result())
         return
     if batch.error is not None:
         future.set_exception(batch.error)

@@ -16,6 +16,26 @@ class PartitionDescription:
     leader: int
     """Node id of the leader; 0 while none is known (an election is running)."""
     replicas: tuple[int, ...]
+    range_start: int = -1
+    """Range topics: this partition's key-hash range ``[range_start, range_end)`` (of
+    ``crc32c(key)``); -1 for hash topics."""
+    range_end: int = -1
+    state: str = "active"
+    """``active``, ``pending`` (created by a split or merge still under way) or ``sealed``."""
+    parents: tuple[int, ...] = ()
+    """The partitions this one was split or merged from."""
+    seal_end: int = -1
+    """Sealed partitions: every record lies below this offset."""
+
+
+@dataclass(slots=True, frozen=True)
+class TopicOperation:
+    """A split or merge in progress."""
+
+    topic: str
+    kind: str
+    parents: tuple[int, ...]
+    children: tuple[int, ...]
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,6 +49,21 @@ class TopicDescription:
     retention_bytes: int | None
     segment_bytes: int | None
     segment_ms: int | None
+    partitioning: str = "hash"
+    operation: TopicOperation | None = None
+    auto_split_above: int = 0
+    """Range topics: bytes/s above which a partition is split automatically (0: never)."""
+    auto_merge_below: int = 0
+    auto_window_ms: int = 0
+    max_partitions: int = 0
+
+    @property
+    def active(self) -> tuple[PartitionDescription, ...]:
+        """The partitions that take writes (all of them, for hash topics)."""
+        return tuple(p for p in self.partitions if p.state == "active")
+
+    def children_of(self, partition: int) -> list[int]:
+        return [p.partition for p in self.partitions if partition in p.parents]
 
 
 @dataclass(slots=True, frozen=True)
@@ -90,16 +125,34 @@ class ReplicaFault:
 
 
 @dataclass(slots=True, frozen=True)
+class MetadataLogStatus:
+    """One node's metadata log: it starts at a checkpoint once cut (0 before)."""
+
+    node_id: int
+    start_offset: int
+    end_offset: int
+    checkpoint: int
+    applied: int
+    size_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
 class ClusterStatus:
     members: tuple[MemberStatus, ...]
     partitions: tuple[PartitionStatus, ...]
     metadata_leader: int
     moves: tuple[Move, ...] = field(default=())
     faults: tuple[ReplicaFault, ...] = field(default=())
+    metadata_log: tuple[MetadataLogStatus, ...] = field(default=())
+    operations: tuple[TopicOperation, ...] = field(default=())
 
 
 def _optional(value: int) -> int | None:
     return value if value != 0 else None
+
+
+def _operation(slot: Any) -> TopicOperation:
+    return TopicOperation(slot.topic, slot.kind, tuple(slot.parents), tuple(slot.children))
 
 
 def topic_from_reader(info: Any) -> TopicDescription:
@@ -108,11 +161,23 @@ def topic_from_reader(info: Any) -> TopicDescription:
         sorted(
             (
                 PartitionDescription(p.partition, p.leader, tuple(p.replicas))
+                if p.rangeStart < 0
+                else PartitionDescription(
+                    p.partition,
+                    p.leader,
+                    tuple(p.replicas),
+                    p.rangeStart,
+                    p.rangeEnd,
+                    p.state,
+                    tuple(p.parents),
+                    p.sealEnd,
+                )
                 for p in info.partitions
             ),
             key=lambda p: p.partition,
         )
     )
+    operations = [_operation(o) for o in info.operations]
     return TopicDescription(
         name=spec.name,
         topic_id=info.topicId,
@@ -122,6 +187,12 @@ def topic_from_reader(info: Any) -> TopicDescription:
         retention_bytes=_optional(spec.retentionBytes),
         segment_bytes=_optional(spec.segmentBytes),
         segment_ms=_optional(spec.segmentMs),
+        partitioning=spec.partitioning or "hash",
+        operation=operations[0] if operations else None,
+        auto_split_above=spec.autoSplitAbove,
+        auto_merge_below=spec.autoMergeBelow,
+        auto_window_ms=spec.autoWindowMs,
+        max_partitions=spec.maxPartitions,
     )
 
 
@@ -164,10 +235,18 @@ def status_from_reader(status: Any) -> ClusterStatus:
     faults = tuple(
         ReplicaFault(f.topic, f.partition, f.nodeId, f.state, f.error) for f in status.faults
     )
+    metadata_log = tuple(
+        MetadataLogStatus(
+            m.nodeId, m.startOffset, m.endOffset, m.checkpoint, m.applied, m.sizeBytes
+        )
+        for m in status.metadataLog
+    )
     return ClusterStatus(
+        metadata_log=tuple(sorted(metadata_log, key=lambda m: m.node_id)),
         members=tuple(sorted(members, key=lambda m: m.node_id)),
         partitions=tuple(sorted(partitions, key=lambda p: (p.topic, p.partition))),
         metadata_leader=status.metadataLeader,
         moves=moves,
         faults=faults,
+        operations=tuple(_operation(o) for o in status.operations),
     )

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from typing import Any
 
 import crc32c
+
+from laminar.splits.ranges import RangeMap
 
 Partitioner = Callable[[str, bytes | None, int], int]
 """A user partitioner: (topic, key, partition count) -> partition number."""
@@ -71,3 +74,27 @@ class DefaultPartitioner:
                 return
         choice = self._rng.randrange(num_partitions - 1)
         self._sticky[topic] = choice if choice < partition else choice + 1
+
+
+class Router:
+    """Routes the records of a key-range topic (``laminar.splits``): a keyed record to the
+    active partition whose range holds ``crc32c(key)``, an unkeyed one to one of the active
+    partitions, chosen by the producer's partitioner as if they were the topic's only ones.
+    A user partitioner does not route keyed records of such topics: the range map does."""
+
+    __slots__ = ("_map", "active")
+
+    def __init__(self, description: Any) -> None:
+        self._map = RangeMap(
+            (p.partition, (p.range_start, p.range_end))
+            for p in description.partitions
+            if p.state == "active"
+        )
+        self.active = self._map.partitions
+        """Active partitions, in range order."""
+
+    def pick(self, key: bytes | None, partitioner: Partitioner, topic: str) -> int:
+        if key is not None:
+            return self._map.owner(crc32c.crc32c(key))
+        active = self.active
+        return active[partitioner(topic, None, len(active)) % len(active)]

@@ -24,7 +24,7 @@ from laminar.client.connection import is_retriable
 from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.log import get_logger
-from laminar.client.partitioner import DefaultPartitioner, Partitioner
+from laminar.client.partitioner import DefaultPartitioner, Partitioner, Router
 from laminar.client.types import (
     DEFAULT_BOOTSTRAP,
     DELIVER_AT_HEADER,
@@ -36,13 +36,17 @@ from laminar.errors import (
     CorruptBatchError,
     LaminarError,
     NotLeaderError,
+    PartitionSealedError,
     UnknownPartitionError,
+    UnknownTopicError,
     UnsupportedCompressionError,
 )
 from laminar.protocol import ACKS_BY_NAME, ACKS_NONE, read_error
 from laminar.segment.compression import check_level, codec_of
 
 log = get_logger(__name__)
+
+CachedTopic = tuple[TopicDescription, tuple[TopicPartition, ...], "Router | None"]
 
 
 def _as_bytes(name: str, value: object) -> bytes | None:
@@ -137,7 +141,10 @@ class Producer:
         self._space = asyncio.Event()
         self._requests: set[asyncio.Task[None]] = set()
         self._closed = False
-        self._partition_cache: dict[str, tuple[TopicDescription, tuple[TopicPartition, ...]]] = {}
+        self._partition_cache: dict[str, CachedTopic] = {}
+        self._reroutes: set[asyncio.Task[None]] = set()
+        self._rerouting: dict[str, tuple[list[int], asyncio.Event]] = {}
+        """Topic -> (re-routes running, set when none is): sends to it wait meanwhile."""
         # A random id is unique enough: 62 bits, one per Producer object.
         self.producer_id = random.getrandbits(62) if idempotent else -1
 
@@ -218,12 +225,19 @@ class Producer:
             _check_headers(headers)
         if timestamp_ms is None:
             timestamp_ms = time_ns() // 1_000_000
+        if self._rerouting and topic in self._rerouting:
+            # A sealed partition's records are being sent elsewhere: later records of the
+            # topic wait for them, so each key keeps its send order across the split.
+            await self._rerouting[topic][1].wait()
         description = self._cluster.metadata.topics.get(topic)  # type: ignore[union-attr]
         cached = self._partition_cache.get(topic)
         if cached is None or cached[0] is not description:
             cached = await self._cache_partitions(topic)
         tps = cached[1]
-        if partition is None:
+        route = cached[2]
+        if route is not None and partition is None:
+            partition = route.pick(key, self._partitioner, topic)
+        elif partition is None:
             partition = self._partitioner(topic, key, len(tps))
             if (
                 key is None
@@ -250,13 +264,13 @@ class Producer:
             await asyncio.sleep(0)
         return handle
 
-    async def _cache_partitions(
-        self, topic: str
-    ) -> tuple[TopicDescription, tuple[TopicPartition, ...]]:
-        """The topic's description and one TopicPartition per partition, reused per record."""
+    async def _cache_partitions(self, topic: str) -> CachedTopic:
+        """The topic's description, one TopicPartition per partition (reused per record) and,
+        for a key-range topic, its range map."""
         description = await self._load_topic(topic)
         tps = tuple(TopicPartition(topic, i) for i in range(len(description.partitions)))
-        cached = self._partition_cache[topic] = (description, tps)
+        route = Router(description) if description.partitioning == "range" else None
+        cached = self._partition_cache[topic] = (description, tps, route)
         return cached
 
     async def _wait_for_space(self, accumulator: RecordAccumulator) -> None:
@@ -335,7 +349,7 @@ class Producer:
         while True:
             self._wakeup.clear()
             batches, wake_at = self._dispatch()
-            if accumulator.closing and accumulator.empty():
+            if accumulator.closing and accumulator.empty() and not self._reroutes:
                 return
             if batches:
                 continue  # retries put back just now may already be due
@@ -381,7 +395,11 @@ class Producer:
     def _batch_closed(self, batch: ProducerBatch) -> None:
         if self._default_partitioner is not None and not batch.attempts:
             description = self._topics.get(batch.tp.topic)  # None once the topic is deleted
-            if description is not None:
+            cached = self._partition_cache.get(batch.tp.topic)
+            router = cached[2] if cached is not None and cached[0] is description else None
+            if router is not None:
+                self._sticky_moves_on(batch.tp, router.active)
+            elif description is not None and description.partitioning != "range":
                 count = len(description.partitions)
                 topic = batch.tp.topic
                 accumulator = self._accumulator
@@ -391,6 +409,20 @@ class Producer:
                     return accumulator.busy(TopicPartition(topic, partition))
 
                 self._default_partitioner.batch_closed(topic, batch.tp.partition, count, busy)
+
+    def _sticky_moves_on(self, tp: TopicPartition, active: list[int]) -> None:
+        """A batch of a key-range topic closed: its sticky partition (an index into the
+        active partitions) moves on, as for hash topics."""
+        assert self._default_partitioner is not None and self._accumulator is not None
+        if tp.partition not in active:
+            return
+        accumulator, topic = self._accumulator, tp.topic
+
+        def busy(index: int) -> bool:
+            return accumulator.busy(TopicPartition(topic, active[index]))
+
+        index = active.index(tp.partition)
+        self._default_partitioner.batch_closed(topic, index, len(active), busy)
 
     async def _produce(self, node_id: int, batches: list[ProducerBatch]) -> None:
         cluster = self._cluster
@@ -446,6 +478,9 @@ class Producer:
             self._wakeup.set()
 
     def _done(self, batch: ProducerBatch, error: LaminarError | None, base_offset: int) -> None:
+        if isinstance(error, PartitionSealedError):
+            self._reroute(batch)
+            return
         if error is not None:
             self._retry_or_fail(batch, error)
             return
@@ -479,6 +514,69 @@ class Producer:
         )
         batch.fail(error)
         self._release(batch)
+
+    def _reroute(self, batch: ProducerBatch) -> None:
+        """``batch``'s partition was sealed by a split or merge: take it and every batch queued
+        behind it off that partition and send their records, in order, to the partitions that
+        own their keys now (once the metadata shows the seal). Each record's handle then
+        resolves with where it was finally written."""
+        accumulator = self._accumulator
+        assert accumulator is not None
+        batches = accumulator.take_partition(batch.tp)
+        if batch not in batches:
+            batches.insert(0, batch)
+        self._space.set()
+        topic = batch.tp.topic
+        running, _event = self._rerouting.setdefault(topic, ([0], asyncio.Event()))
+        running[0] += 1
+        task = asyncio.create_task(self._send_elsewhere(batch.tp, batches))
+        self._reroutes.add(task)
+        task.add_done_callback(lambda done: self._rerouted(topic, done))
+
+    def _rerouted(self, topic: str, task: asyncio.Task[None]) -> None:
+        self._reroutes.discard(task)
+        self._wakeup.set()  # a closing producer's sender waits for re-routes to be queued
+        running, event = self._rerouting[topic]
+        running[0] -= 1
+        if not running[0]:
+            del self._rerouting[topic]
+            event.set()
+
+    async def _send_elsewhere(self, tp: TopicPartition, batches: list[ProducerBatch]) -> None:
+        cluster, accumulator = self._cluster, self._accumulator
+        assert cluster is not None and accumulator is not None
+        loop = asyncio.get_running_loop()
+        delay = self.retry_backoff
+        try:
+            while True:
+                metadata = await cluster.refresh_metadata()
+                description = metadata.topics.get(tp.topic)
+                if description is None:
+                    raise UnknownTopicError(f"topic {tp.topic!r} was deleted")
+                # Settled: the partition shows sealed, or no operation is open (a pending child
+                # refused a record sent to it by number, and is active by now).
+                state = description.partitions[tp.partition].state
+                if state == "sealed" or (description.operation is None and state == "active"):
+                    break
+                if loop.time() - batches[0].created > self.delivery_timeout:
+                    raise PartitionSealedError(f"{tp} is sealed but no metadata shows by whom")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        except (ConnectionError, LaminarError) as exc:
+            for old in batches:
+                old.fail(exc)
+            self._wakeup.set()
+            return
+        router = Router(description)
+        for old in batches:
+            handles = []
+            for key, value, headers, timestamp in old.records:
+                partition = router.pick(key, self._partitioner, tp.topic)
+                target = TopicPartition(tp.topic, partition)
+                handles.append(accumulator.append(target, key, value, headers, timestamp)[0])
+            log.debug("records rerouted after a seal", tp=tp, records=len(handles))
+            old.forward(handles)
+        self._wakeup.set()
 
     def _release(self, batch: ProducerBatch) -> None:
         assert self._accumulator is not None

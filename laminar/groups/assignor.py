@@ -48,12 +48,14 @@ def assign(
     partitions: Mapping[str, int],
     current: Mapping[str, frozenset[TopicPartition]] | None = None,
     replica_racks: Mapping[TopicPartition, frozenset[str]] | None = None,
+    excluded: frozenset[TopicPartition] = frozenset(),
 ) -> Assignment:
     """The new target assignment: member id -> the partitions it should own.
 
     ``partitions`` maps each existing topic to its partition count; ``current`` is the previous
     target (members absent from ``members`` are ignored); ``replica_racks`` optionally maps a
-    partition to the racks that hold its replicas. Every member appears in the result.
+    partition to the racks that hold its replicas; ``excluded`` partitions are given to nobody
+    (key-range lineage: ``groups/lineage.py``). Every member appears in the result.
     """
     current = current or {}
     racks = replica_racks or {}
@@ -62,7 +64,7 @@ def assign(
         raise ValueError("duplicate member ids")
     ids = sorted(by_id)
     owned: dict[str, set[TopicPartition]] = {mid: set() for mid in ids}
-    taken: set[TopicPartition] = set()
+    taken: set[TopicPartition] = set(excluded)
 
     # 1. Keep what is still valid, in member-id order so a double claim resolves the same way.
     for mid in ids:

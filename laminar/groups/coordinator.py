@@ -71,6 +71,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.groups import lineage as lineage_rules
 from laminar.groups.assignor import AssignorMember, assign
 from laminar.groups.classic import ClassicConfig, ClassicGroups
 from laminar.groups.records import (
@@ -138,6 +139,7 @@ class Coordinator(RecordOutbox[Record]):
         now_ms: int,
         records: Iterable[Record] = (),
         replica_racks: Mapping[TopicPartition, frozenset[str]] | None = None,
+        lineage: lineage_rules.Lineage | None = None,
     ) -> None:
         super().__init__()
         self.config = config
@@ -150,6 +152,10 @@ class Coordinator(RecordOutbox[Record]):
         """Classic (JoinGroup/SyncGroup) groups of this shard, sharing its records."""
         self.topics: dict[str, int] = dict(topics)
         self.replica_racks = dict(replica_racks or {})
+        self.lineage: lineage_rules.Lineage = dict(lineage or {})
+        """Key-range topics' lineage (``groups/lineage.py``): children wait for parents."""
+        self._blocked: dict[str, frozenset[TopicPartition]] = {}
+        """Per group, the partitions its last target left out for the lineage."""
         self._session: dict[tuple[str, str], int] = {}
         self._rebalance: dict[tuple[str, str], int] = {}
         for name in sorted(self.state.groups):
@@ -337,7 +343,27 @@ class Coordinator(RecordOutbox[Record]):
         for topic, partition in sorted(offsets):
             offset, metadata = offsets[(topic, partition)]
             self._write(OffsetKey(group, topic, partition), OffsetValue(offset, metadata, now_ms))
+        if self.lineage and any(tp[0] in self.lineage for tp in offsets):
+            self._relineage(group, now_ms)  # a parent read to its seal frees its children
         return Reply(None, self._written)
+
+    def _relineage(self, group: str, now_ms: int) -> None:
+        """Recompute the group's target if the lineage rule now blocks other partitions; a
+        child freed by its parents starts at offset 0 (written as the group's offset)."""
+        state = self.state.groups.get(group)
+        if state is None or not state.members or state.meta is None:
+            return
+        topics = {t for m in state.members.values() for t in m.topics}
+        now_blocked = lineage_rules.blocked(self.lineage, topics, state.offsets)
+        before = self._blocked.get(group)
+        if before == now_blocked:
+            return
+        for topic, partition in lineage_rules.starts(
+            self.lineage, before or now_blocked, now_blocked
+        ):
+            if (topic, partition) not in state.offsets:
+                self._write(OffsetKey(group, topic, partition), OffsetValue(0, "", now_ms))
+        self._recompute_target(group, now_ms)
 
     def fetch_offsets(
         self, group: str, partitions: Iterable[TopicPartition] | None = None
@@ -412,6 +438,10 @@ class Coordinator(RecordOutbox[Record]):
         self._alive()
         self.topics = dict(topics)
         self._apply_topics(now_ms)
+
+    def set_lineage(self, lineage: lineage_rules.Lineage) -> None:
+        """The key-range topics' lineage now (applied with the next ``topics_changed``)."""
+        self.lineage = lineage
 
     def set_replica_racks(self, replica_racks: Mapping[TopicPartition, frozenset[str]]) -> None:
         """Racks holding each partition's replicas (used by the next target computation)."""
@@ -553,7 +583,9 @@ class Coordinator(RecordOutbox[Record]):
         ]
         current = {mid: frozenset(v.partitions) for mid, v in state.target_members.items()}
         racks = self.replica_racks if self.config.rack_aware else None
-        target = assign(live, partitions, current, racks)
+        excluded = lineage_rules.blocked(self.lineage, set(partitions), state.offsets)
+        self._blocked[group] = excluded
+        target = assign(live, partitions, current, racks, excluded)
         for mid in sorted(set(current) - set(target)):
             self._write(TargetMemberKey(group, mid), None)
         for mid in sorted(target):
@@ -643,6 +675,8 @@ class Coordinator(RecordOutbox[Record]):
             wanted = tuple(self._subscribed_partitions(state).items())
             if wanted != state.meta.topic_partitions:
                 self._membership_changed(name, now_ms)
+            elif self.lineage:
+                self._relineage(name, now_ms)
 
 
 def _require_name(value: object, what: str) -> None:

@@ -27,6 +27,7 @@ import structlog
 from laminar.durable import Reply
 from laminar.errors import LaminarError, NotLeaderError, TopicExistsError
 from laminar.groups.coordinator import Coordinator
+from laminar.groups.lineage import lineage_of
 from laminar.groups.settings import GroupSettings
 from laminar.groups.shard import ShardDriver
 from laminar.groups.views import GroupView
@@ -182,6 +183,7 @@ class GroupService:
             self._trimmed,
             self._runtime.fail,
             checkpoint_min_records=self.settings.checkpoint_min_records,
+            lineage=lambda: lineage_of(self._state.topics),
         )
 
     async def _driver_for(self, group: str) -> ShardDriver:

@@ -36,6 +36,7 @@ from laminar.durable import Reply
 from laminar.errors import CorruptLogError, LaminarError, NotLeaderError
 from laminar.groups.classic import Waiting
 from laminar.groups.coordinator import Coordinator, CoordinatorConfig
+from laminar.groups.lineage import Lineage
 from laminar.groups.records import Record, decode, encode
 from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica
@@ -75,8 +76,10 @@ class ShardDriver:
         trimmed: Callable[[Replica, int], None],
         storage_fault: Callable[[Replica, Exception], None],
         checkpoint_min_records: int = 10_000,
+        lineage: Callable[[], Lineage] = dict,
     ) -> None:
         self.shard = shard
+        self._lineage = lineage
         self.replica = replica
         self.leader = LeaderTerm(replica)
         self.config = config
@@ -147,6 +150,7 @@ class ShardDriver:
         if self.coordinator is None or not self._usable():
             return
         self.coordinator.set_replica_racks(self._replica_racks())
+        self.coordinator.set_lineage(self._lineage())
         self.coordinator.topics_changed(self._topics(), self._now_ms())
         self._schedule_append()
 
@@ -201,7 +205,12 @@ class ShardDriver:
             records = self._replay(replica.log.start_offset, replica.raft.commit + 1)
             self._since_checkpoint = len(records)
             self.coordinator = Coordinator(
-                self.config, self._topics(), self._now_ms(), records, self._replica_racks()
+                self.config,
+                self._topics(),
+                self._now_ms(),
+                records,
+                self._replica_racks(),
+                self._lineage(),
             )
         except (LaminarError, OSError) as exc:
             self.end(f"could not load: {exc}")

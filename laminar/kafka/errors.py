@@ -13,6 +13,7 @@ from laminar.errors import (
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    PartitionSealedError,
     RequestTimeoutError,
     TopicExistsError,
     UnknownPartitionError,
@@ -53,6 +54,10 @@ UNSUPPORTED_COMPRESSION_TYPE = 76
 
 _BY_CLASS: list[tuple[type[LaminarError], int]] = [
     (NotLeaderError, NOT_LEADER_OR_FOLLOWER),
+    # A Kafka client cannot follow lineage: it refreshes its metadata and retries, and its
+    # partitioner (a hash over the partition count) keeps the batch on the sealed partition,
+    # so the write fails at the client's delivery timeout: never stored after the seal.
+    (PartitionSealedError, NOT_LEADER_OR_FOLLOWER),
     (UnknownTopicError, UNKNOWN_TOPIC_OR_PARTITION),
     (UnknownPartitionError, UNKNOWN_TOPIC_OR_PARTITION),
     (OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE),

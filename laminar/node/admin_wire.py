@@ -27,6 +27,11 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
                 "segment_ms": spec.segmentMs,
                 "retention_ms": spec.retentionMs,
                 "retention_bytes": spec.retentionBytes,
+                "partitioning": spec.partitioning,
+                "auto_split_above": spec.autoSplitAbove,
+                "auto_merge_below": spec.autoMergeBelow,
+                "auto_window_ms": spec.autoWindowMs,
+                "max_partitions": spec.maxPartitions,
             }
         )
         fill_topic(response.body.init("topic"), topic)
@@ -45,8 +50,21 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
             "segment_ms": body.segmentMs,
             "retention_ms": body.retentionMs,
             "retention_bytes": body.retentionBytes,
+            "auto_split_above": body.autoSplitAbove,
+            "auto_merge_below": body.autoMergeBelow,
+            "auto_window_ms": body.autoWindowMs,
+            "max_partitions": body.maxPartitions,
         }
         topic = await admin.alter_topic(body.name, changes)
+        fill_topic(response.body.init("topic"), topic)
+
+    async def split_partition(body: Any, response: Any, _payload: memoryview) -> None:
+        name, partition, at = body.name, body.partition, body.at
+        topic = await admin.split_partition(name, partition, None if at < 0 else at)
+        fill_topic(response.body.init("topic"), topic)
+
+    async def merge_partitions(body: Any, response: Any, _payload: memoryview) -> None:
+        topic = await admin.merge_partitions(body.name, body.first, body.second)
         fill_topic(response.body.init("topic"), topic)
 
     async def drain_node(node_id: int, response: Any, _payload: memoryview) -> None:
@@ -62,6 +80,8 @@ def handlers(admin: TopicAdmin, fill_topic: FillTopic) -> dict[str, Handler]:
         "deleteTopic": delete_topic,
         "addPartitions": add_partitions,
         "alterTopic": alter_topic,
+        "splitPartition": split_partition,
+        "mergePartitions": merge_partitions,
         "drainNode": drain_node,
         "undrainNode": undrain_node,
     }

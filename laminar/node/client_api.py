@@ -26,7 +26,7 @@ from laminar.node import admin_wire
 from laminar.node.metadata import Topic
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
-from laminar.node.status import cluster_view, move_stage
+from laminar.node.status import cluster_view, fill_metadata_log, move_stage
 from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -45,6 +45,7 @@ from laminar.protocol import (
 from laminar.queues import config_wire as queue_config_wire
 from laminar.queues import wire as queue_wire
 from laminar.schemas import READ_ERRORS
+from laminar.splits.wire import fill_operation, fill_range
 from laminar.transport import FramedProtocol, split_address
 
 if TYPE_CHECKING:
@@ -190,12 +191,21 @@ class ClientServer:
         spec.segmentMs = settings.segment_ms
         spec.retentionMs = -1 if settings.retention_ms is None else settings.retention_ms
         spec.retentionBytes = settings.retention_bytes or 0
+        spec.partitioning = settings.partitioning
+        spec.autoSplitAbove = settings.auto_split_above
+        spec.autoMergeBelow = settings.auto_merge_below
+        spec.autoWindowMs = settings.auto_window_ms
+        spec.maxPartitions = settings.max_partitions
         slot.topicId = topic.topic_id
         partitions = slot.init("partitions", len(topic.partitions))
         for index, (out, assignment) in enumerate(zip(partitions, topic.partitions, strict=True)):
             out.partition = index
             out.leader = self._leader_of(topic, index, assignment.leader)
             out.replicas = assignment.replicas
+            if assignment.range_start >= 0:
+                fill_range(out, assignment)
+        if topic.operation is not None:
+            fill_operation(slot.init("operations", 1)[0], topic.name, topic.operation)
 
     def _leader_of(self, topic: Topic, partition: int, recorded: int) -> int:
         replica = self.node.replica_for(topic.name, partition)
@@ -351,6 +361,11 @@ class ClientServer:
             for index, assignment in enumerate(topic.partitions)
             if assignment.moving
         ]
+        operations = node.splits.in_progress()
+        for slot, (name, operation) in zip(
+            status.init("operations", len(operations)), operations, strict=True
+        ):
+            fill_operation(slot, name, operation)
         move_slots = status.init("moves", len(moves))
         for slot, (topic, index, assignment) in zip(move_slots, moves, strict=True):
             slot.topic = topic.name
@@ -379,3 +394,6 @@ class ClientServer:
             slot.nodeId = fault["node_id"]
             slot.state = fault["state"]
             slot.error = fault["error"]
+        logs = status.init("metadataLog", len(view["metadata_log"]))
+        for slot, row in zip(logs, view["metadata_log"], strict=True):
+            fill_metadata_log(slot, row)

@@ -50,6 +50,10 @@ class NodeConfig:
     no replica (``--reap-after``; 0 keeps it forever)."""
     min_free_bytes: int = 256 * 1024 * 1024
     """Below this much free space in ``data_dir`` the node takes no new data (``disk.py``)."""
+    metadata_checkpoint_commands: int = 10_000
+    """The metadata leader checkpoints the state after this many commands..."""
+    metadata_checkpoint_bytes: int = 16 * 1024 * 1024
+    """... or this many bytes of commands (``metadata_checkpoint.py``)."""
     max_requests_per_connection: int = 256
     """Client requests one connection may have in service; beyond, the node stops reading it."""
     rack: str = ""

@@ -14,7 +14,9 @@ from laminar.errors import OffsetOutOfRangeError
 from laminar.node.producers import ProducerTable
 from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
 from laminar.segment import batch as record_batch
+from laminar.segment.batch import ATTR_CONTROL
 from laminar.segment.log import PartitionLog
+from laminar.splits.seal import find_seal, is_seal
 
 _KIND = struct.Struct(">H")
 
@@ -45,14 +47,21 @@ def batch_to_entry(view: memoryview) -> Entry:
 
 
 class LogStorage:
-    """Implements the Raft core's Storage protocol over a PartitionLog."""
+    """Implements the Raft core's Storage protocol over a PartitionLog.
 
-    __slots__ = ("log", "producers")
+    With ``roll_at_control`` (the metadata group) a NORMAL control batch, a metadata
+    checkpoint, starts a new segment, so deleting the segments below a checkpoint leaves a
+    log that starts exactly at it (``metadata_checkpoint``)."""
 
-    def __init__(self, log: PartitionLog) -> None:
+    __slots__ = ("log", "producers", "roll_at_control", "seal_offset")
+
+    def __init__(self, log: PartitionLog, roll_at_control: bool = False) -> None:
         self.log = log
+        self.roll_at_control = roll_at_control
         self.producers = ProducerTable()
         self.producers.rebuild(log)
+        self.seal_offset: int | None = None if roll_at_control else find_seal(log)
+        """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
 
     def first_index(self) -> int:
         return self.log.start_offset
@@ -81,16 +90,28 @@ class LogStorage:
             if entry.kind != EntryKind.NORMAL:
                 log.append_stamped(control_entry_batch(entry))
                 continue
+            if self.roll_at_control and record_batch.is_control(
+                record_batch.read_header(entry.data)
+            ):
+                log.roll()
             # The log stamps base offset (its end, which Raft made equal to entry.index) and
             # term while writing, so the batch bytes are never copied here.
             base, _ = log.append(entry.data, term=entry.term)
             assert base == entry.index, f"log end {base} is not entry index {entry.index}"
-            self.producers.record(record_batch.read_header(entry.data), entry.index, entry.last)
+            header = record_batch.read_header(entry.data)
+            self.producers.record(header, entry.index, entry.last)
+            if header.attributes & ATTR_CONTROL and is_seal(entry.data, header):  # not metadata
+                self.seal_offset = entry.index
 
     def truncate(self, index: int) -> None:
         self.log.truncate(index)
         self.producers.truncate(index)
+        if self.seal_offset is not None and self.seal_offset >= index:
+            self.seal_offset = None  # the seal was never committed: a new one is proposed
 
     def reset(self, start: int, prev_term: int) -> None:
         self.log.reset(start, prev_term)
         self.producers.clear()
+        if self.seal_offset is not None and self.seal_offset >= start:
+            self.seal_offset = None
+        # A seal below ``start`` stays: this log restarts after it, still sealed.

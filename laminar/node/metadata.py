@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from laminar.errors import (
+    ERRORS_BY_CODE,
     InvalidConfigError,
     InvalidRequestError,
     LaminarError,
@@ -21,6 +22,8 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.queues import config as queue_config
+from laminar.splits import ops as split_ops
+from laminar.splits.ranges import initial_ranges
 from laminar.topic_names import validate_topic_name as validate_topic_name
 
 METADATA_GROUP = 0
@@ -43,10 +46,31 @@ class TopicSettings:
     segment_ms: int
     retention_ms: int | None
     retention_bytes: int | None
+    partitioning: str = "hash"
+    """``hash`` (crc32c(key) % partitions, fixed) or ``range`` (key-hash ranges that split
+    and merge, ``laminar.splits``)."""
+    auto_split_above: int = 0
+    """Range topics: split a partition written faster than this (bytes/s) over a window (0:
+    never automatically; ``laminar.splits.auto``)."""
+    auto_merge_below: int = 0
+    """Range topics: merge two sibling partitions both written slower than this (bytes/s)."""
+    auto_window_ms: int = 60_000
+    max_partitions: int = 0
+    """Range topics: automatic splits stop at this many active partitions (0: 64)."""
 
 
-ALTERABLE_SETTINGS = ("segment_bytes", "segment_ms", "retention_ms", "retention_bytes")
-"""The topic settings ``alter_topic`` may change at run time (all are per-log settings)."""
+ALTERABLE_SETTINGS = (
+    "segment_bytes",
+    "segment_ms",
+    "retention_ms",
+    "retention_bytes",
+    "auto_split_above",
+    "auto_merge_below",
+    "auto_window_ms",
+    "max_partitions",
+)
+"""The topic settings ``alter_topic`` may change at run time: per-log settings, and a range
+topic's automatic split/merge policy (read by the metadata leader at each decision)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +89,20 @@ class PartitionAssignment:
     created for it (``move_target_ready``). Until then the partition's leader must not add the
     target to the Raft group: the target node may still host an older replica of the group
     (one it held before, whose removal it has not applied yet), which would answer for it."""
+    origins: dict[int, int] = field(default_factory=dict)
+    """Node -> metadata offset of the command that assigned it this replica (its replicas and
+    ``adding``). Names the replica's directory (``Node.partition_dir``), so a node rebuilding
+    its state from a checkpoint opens the very directory it created back then."""
+    range_start: int = -1
+    """Range topics: the key-hash range ``[range_start, range_end)`` (-1: hash topic)."""
+    range_end: int = -1
+    state: str = "active"
+    """Range topics: ``active``, ``pending`` (a child before its split finishes) or
+    ``sealed`` (a parent: no record is accepted, readable up to ``seal_end``)."""
+    parents: list[int] = field(default_factory=list)
+    """Range topics: the partitions this one was split or merged from (lineage)."""
+    seal_end: int = -1
+    """A sealed partition: every record lies below this offset (its seal batch's + 1)."""
 
     @property
     def moving(self) -> bool:
@@ -77,6 +115,8 @@ class Topic:
     topic_id: int
     settings: TopicSettings
     partitions: list[PartitionAssignment]
+    operation: dict[str, Any] | None = None
+    """Range topics: the split or merge in progress (``laminar.splits.ops``), else None."""
 
 
 @dataclass(slots=True)
@@ -89,6 +129,9 @@ class NodeInfo:
     rack of a partition's replica when choosing between equally loaded members."""
     kafka_address: str = ""
     """Where Kafka clients reach this node (``--kafka-advertise``); empty: no Kafka listener."""
+    incarnation: str = ""
+    """The data directory's identity it registered with (amnesia.py): a node that lost its
+    directory knows from it that its new incarnation is registered."""
 
 
 @dataclass(slots=True)
@@ -114,35 +157,40 @@ class MetadataState:
     """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
     A changed group gets a new dict, so a reader may compare by identity."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
-    """Outcome (result or LaminarError) of the last REMEMBERED_REQUESTS commands by request id."""
+    """Outcome of the last REMEMBERED_REQUESTS commands by request id, as JSON values
+    (``remembered``; an error as ``{"error": code, "message": text}``), so a checkpoint
+    restates them exactly."""
 
-    def apply_once(self, command: dict[str, Any]) -> tuple[Any, bool]:
+    def apply_once(self, command: dict[str, Any], index: int = -1) -> tuple[Any, bool]:
         """Apply a command unless one with the same ``request_id`` was applied already.
 
         A proposer whose wait was cut short (leader change) retries with the same request id,
         so the command may reach the log twice; the second copy gets the first one's outcome
-        and changes nothing. Returns (result, applied_now); a remembered error is raised again.
+        (``remembered``: a JSON summary) and changes nothing. Returns (result, applied_now); a
+        remembered error is raised again. ``index`` is the command's metadata offset.
         """
         request_id = command.get("request_id")
         if not isinstance(request_id, str) or not request_id:
-            return self.apply(command), True
+            return self.apply(command, index), True
         if request_id in self.outcomes:
             outcome = self.outcomes[request_id]
-            if isinstance(outcome, LaminarError):
-                raise outcome
+            if isinstance(outcome, dict) and "error" in outcome:
+                raise ERRORS_BY_CODE.get(outcome["error"], LaminarError)(outcome["message"])
             return outcome, False
         try:
-            outcome = self.apply(command)
+            result = self.apply(command, index)
         except LaminarError as exc:
-            outcome = exc
+            self._remember(request_id, {"error": exc.code, "message": str(exc)})
+            raise
+        self._remember(request_id, remembered(result))
+        return result, True
+
+    def _remember(self, request_id: str, outcome: Any) -> None:
         self.outcomes[request_id] = outcome
         if len(self.outcomes) > REMEMBERED_REQUESTS:
             self.outcomes.popitem(last=False)
-        if isinstance(outcome, LaminarError):
-            raise outcome
-        return outcome, True
 
-    def apply(self, command: dict[str, Any]) -> Any:
+    def apply(self, command: dict[str, Any], index: int = -1) -> Any:
         op = command.get("op")
         if op == "register_node":
             info = NodeInfo(
@@ -151,11 +199,12 @@ class MetadataState:
                 command["peer_address"],
                 command.get("rack", ""),
                 command.get("kafka_address", ""),
+                str(command.get("incarnation", "")),
             )
             self.nodes[info.node_id] = info
             return info
         if op == "create_topic":
-            return self._create_topic(command)
+            return self._create_topic(command, index)
         if op == "delete_topic":
             topic = self.topics.pop(command["name"], None)
             if topic is None:
@@ -173,7 +222,7 @@ class MetadataState:
                 self._set_leader(topic_id, partition, command["leader"], term, by_id.get(topic_id))
             return None
         if op in ("start_move", "finish_move", "abort_move"):
-            return self._move(op, command)
+            return self._move(op, command, index)
         if op == "move_target_ready":
             return self._move_target_ready(command)
         if op == "replica_lost":
@@ -198,9 +247,14 @@ class MetadataState:
         if op == "forget_node":
             return self._forget_node(command["node_id"])
         if op == "add_partitions":
-            return self._add_partitions(command)
+            return self._add_partitions(command, index)
         if op == "alter_topic":
             return self._alter_topic(command)
+        if op in ("begin_split", "begin_merge"):
+            topic = self._topic(command["name"])
+            return split_ops.begin(topic, command, lambda replicas: _assigned(replicas, index))
+        if op == "finish_op":
+            return split_ops.finish(self._topic(command["name"]), command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
 
     def _set_leader(
@@ -248,7 +302,7 @@ class MetadataState:
         self.recovering[(group, node)] = recovery
         return recovery
 
-    def _move(self, op: str, command: dict[str, Any]) -> PartitionAssignment | None:
+    def _move(self, op: str, command: dict[str, Any], index: int) -> PartitionAssignment | None:
         """Moves replace one replica: start (the new one catches up), then finish; or abort
         (the target died on the way: the replicas stay as they were)."""
         topic = self.topic_by_id(command["topic_id"])
@@ -264,11 +318,13 @@ class MetadataState:
             assignment.adding, assignment.removing = target, source
             assignment.move_id = str(command.get("request_id") or "")
             assignment.target_ready = False
+            assignment.origins[target] = index
         else:
             if (assignment.adding, assignment.removing) != (target, source):
                 return None
             if op == "finish_move":
                 assignment.replicas = [target if r == source else r for r in assignment.replicas]
+            assignment.origins.pop(source if op == "finish_move" else target, None)
             group = group_id(topic.topic_id, command["partition"])
             # The replica that left the group needs no re-admission any more.
             self.recovering.pop((group, source if op == "finish_move" else target), None)
@@ -290,31 +346,44 @@ class MetadataState:
         assignment.target_ready = True
         return assignment
 
-    def _create_topic(self, command: dict[str, Any]) -> Topic:
+    def _create_topic(self, command: dict[str, Any], index: int) -> Topic:
         name = command["name"]
         if name in self.topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         settings = TopicSettings(**command["settings"])
+        if settings.partitioning not in ("hash", split_ops.RANGE):
+            raise InvalidRequestError(
+                f"partitioning is hash or range, not {settings.partitioning!r}"
+            )
         topic = Topic(
             name=name,
             topic_id=self.next_topic_id,
             settings=settings,
-            partitions=[PartitionAssignment(list(r)) for r in command["replicas"]],
+            partitions=[_assigned(r, index) for r in command["replicas"]],
         )
+        if settings.partitioning == split_ops.RANGE:
+            for assignment, bounds in zip(
+                topic.partitions, initial_ranges(len(topic.partitions)), strict=True
+            ):
+                assignment.range_start, assignment.range_end = bounds
         self.next_topic_id += 1
         self.topics[name] = topic
         return topic
 
-    def _add_partitions(self, command: dict[str, Any]) -> Topic:
+    def _add_partitions(self, command: dict[str, Any], index: int) -> Topic:
         """Grow a topic to ``len(replicas)`` partitions more; existing ones are untouched, so
         (as in Kafka) keys hash to other partitions from then on."""
         topic = self._topic(command["name"])
+        if topic.settings.partitioning == split_ops.RANGE:
+            raise InvalidRequestError(
+                f"topic {topic.name!r} is range-partitioned: split partitions instead"
+            )
         if command["from"] != len(topic.partitions):
             # Placed for another partition count (a concurrent add committed first).
             raise InvalidRequestError(
                 f"topic {topic.name!r} has {len(topic.partitions)} partitions now; try again"
             )
-        topic.partitions.extend(PartitionAssignment(list(r)) for r in command["replicas"])
+        topic.partitions.extend(_assigned(r, index) for r in command["replicas"])
         topic.settings.partitions = len(topic.partitions)
         return topic
 
@@ -367,6 +436,26 @@ class MetadataState:
                 for node_id in assignment.replicas:
                     counts[node_id] = counts.get(node_id, 0) + 1
         return counts
+
+
+def _assigned(replicas: list[int], index: int) -> PartitionAssignment:
+    return PartitionAssignment(list(replicas), origins={node: index for node in replicas})
+
+
+def remembered(result: Any) -> Any:
+    """What the state machine keeps of a command's result for a retry: a JSON value (a topic by
+    name and id only, a partition's assignment not at all: restating them per remembered
+    request would bloat checkpoints; no proposer reads them)."""
+    if isinstance(result, Topic):
+        return {"name": result.name, "topic_id": result.topic_id}
+    if result is None or isinstance(result, int | str):
+        return result
+    if isinstance(result, PartitionAssignment):  # set_leader and moves: it moves on anyway
+        return None
+    try:
+        return json.loads(encode_command(result if isinstance(result, dict) else asdict(result)))
+    except TypeError:
+        return None
 
 
 def place_replicas(

@@ -24,6 +24,7 @@ from laminar.errors import (
     RequestTimeoutError,
     UnknownTopicError,
 )
+from laminar.node import metadata_checkpoint as checkpoints
 from laminar.node.metadata import (
     MAX_PARTITIONS,
     METADATA_GROUP,
@@ -33,8 +34,10 @@ from laminar.node.metadata import (
     place_replicas,
     validate_topic_name,
 )
+from laminar.node.metadata_resync import resync
 from laminar.raft import Entry
 from laminar.segment import batch as record_batch
+from laminar.splits import ops as split_ops
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -55,6 +58,19 @@ class MetadataService:
         self._waiters: dict[int, tuple[str, asyncio.Future[Any]]] = {}
         """Offset proposed at -> (request id, caller): an offset alone does not identify a
         command, since after a leader change another command may be committed there."""
+        self.checkpoint_index = -1
+        """Offset of the newest checkpoint applied on this node (-1: none)."""
+        self.checkpoint_bytes = 0
+        """Size of that checkpoint's batch."""
+        self.since_checkpoint = [0, 0]
+        """Commands and their bytes applied since that checkpoint (or the log's start)."""
+        self.partial = False
+        """The entries handed out lately follow a gap (a log starting above 0, or reset by the
+        leader): the history before them was never applied here, so every command is skipped
+        until a checkpoint restates the whole state."""
+        self.skipped = 0
+        self._check_soon = False
+        """Commands skipped while ``partial`` (a log must start at a checkpoint: never > 0)."""
 
     async def propose(self, command: dict[str, Any], timeout: float = 10.0) -> Any:
         """Commit a metadata command (forwarded to the metadata leader) and wait until applied
@@ -176,6 +192,8 @@ class MetadataService:
             assert self.node.metadata is not None
             conf = self.node.metadata.raft.conf
             return {**command, "voter": command["node"] not in conf.learners}
+        if command.get("op") in ("begin_split", "begin_merge") and "replicas" not in command:
+            return self._place_children(command)
         if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
             return command
         if command["op"] == "add_partitions":
@@ -211,6 +229,25 @@ class MetadataService:
         )
         return {**command, "from": current, "replicas": replicas}
 
+    def _place_children(self, command: dict[str, Any]) -> dict[str, Any]:
+        """Place the partitions a split or merge creates (checked against the state now; the
+        state machine checks again in log order)."""
+        topic = self.node.state.topics.get(command["name"])
+        if topic is None:
+            raise UnknownTopicError(f"unknown topic {command['name']!r}")
+        _parents, ranges = split_ops.plan_children(topic, command)
+        current = len(topic.partitions)
+        if current + len(ranges) >= MAX_PARTITIONS:
+            raise InvalidRequestError(f"a topic has at most {MAX_PARTITIONS - 1} partitions")
+        replicas = place_replicas(
+            len(ranges),
+            topic.settings.replication_factor,
+            self.node.live_nodes(),
+            self.node.state.replica_counts(),
+            first=current,
+        )
+        return {**command, "from": current, "replicas": replicas}
+
     async def wait_applied(self, index: int, timeout: float) -> None:
         if self.applied >= index:
             return
@@ -221,22 +258,44 @@ class MetadataService:
         except TimeoutError:
             raise RequestTimeoutError("metadata change not yet applied on this node") from None
 
+    def apply_gap(self, index: int) -> None:
+        """The runtime hands out entries from ``index`` on, and never applied those before."""
+        if index > 0:
+            self.partial = True
+            log.info("metadata log resumes after a gap: rebuilding from a checkpoint", index=index)
+
     def apply(self, entry: Entry) -> None:
         """Apply one committed metadata entry (called by the runtime, in log order)."""
         if self._waiters:  # offsets below this one hold entries that were not our commands
             self._fail_waiters(lambda i: i < entry.index, "metadata entry replaced")
         waiter = self._waiters.pop(entry.index, None)
         command: dict[str, Any] = {}
-        try:
-            record = record_batch.decode_records(entry.data)[0]
-            command = decode_command(record.value or b"{}")
-            result, applied_now = self.node.state.apply_once(command)
-            outcome: Any = _jsonable(result)
-        except LaminarError as exc:
-            outcome, applied_now = exc, False
-        except Exception as exc:  # a bad command must never stop the metadata group
-            log.exception("metadata command failed", index=entry.index)
-            outcome, applied_now = InvalidRequestError(f"metadata command failed: {exc}"), False
+        outcome: Any = None
+        applied_now = False
+        if checkpoints.is_checkpoint(entry.data):
+            self._apply_checkpoint(entry)
+        elif self.partial:
+            self.skipped += 1  # covered by no checkpoint this node has: never applied alone
+            log.error("metadata command skipped: no checkpoint before it", index=entry.index)
+        else:
+            self.since_checkpoint[0] += 1
+            self.since_checkpoint[1] += len(entry.data)
+            if self._leading and not self._check_soon and self.checkpoint_due():
+                # Right after this pass (not inside it: the core is mid-Ready), while the log
+                # may be fully applied; the checkpoint loop retries otherwise.
+                self._check_soon = True
+                asyncio.get_running_loop().call_soon(self._checkpoint_soon)
+            try:
+                record = record_batch.decode_records(entry.data)[0]
+                command = decode_command(record.value or b"{}")
+                result, applied_now = self.node.state.apply_once(command, entry.index)
+                outcome = _jsonable(result)
+            except LaminarError as exc:
+                outcome, applied_now = exc, False
+            except Exception as exc:  # a bad command must never stop the metadata group
+                log.exception("metadata command failed", index=entry.index)
+                outcome = InvalidRequestError(f"metadata command failed: {exc}")
+                applied_now = False
         if applied_now:
             try:
                 self.node.reconcile(command, result, entry.index)
@@ -262,6 +321,98 @@ class MetadataService:
                     still.append((index, applied_waiter))
             self._applied_waiters = still
 
+    def _apply_checkpoint(self, entry: Entry) -> None:
+        """A checkpoint: a no-op where the state already equals it; else (after a gap, or if
+        this node's state diverged) the state is rebuilt from it and this node's side effects
+        (replicas hosted, moves, peers) reconciled with the result."""
+        try:
+            data = checkpoints.checkpoint_data(entry.data)
+            assert data is not None
+            state = self.node.state
+            if self.partial or checkpoints.encode(state) != data:
+                if not self.partial:
+                    log.error("metadata state differs from the checkpoint", index=entry.index)
+                known_nodes = dict(state.nodes)
+                checkpoints.restore(state, data)
+                self.partial = False
+                log.info("metadata state rebuilt from a checkpoint", index=entry.index)
+                try:
+                    resync(self.node, known_nodes, entry.index)
+                except Exception:
+                    log.exception("acting on a metadata checkpoint failed", index=entry.index)
+        except LaminarError:
+            log.exception("metadata checkpoint unreadable", index=entry.index)
+            return
+        self.checkpoint_index = entry.index
+        self.checkpoint_bytes = len(entry.data)
+        self.since_checkpoint = [0, 0]
+
+    @property
+    def _leading(self) -> bool:
+        replica = self.node.metadata
+        return replica is not None and replica.is_leader
+
+    def _checkpoint_soon(self) -> None:
+        self._check_soon = False
+        try:
+            self.maybe_checkpoint()
+        except Exception:
+            log.exception("metadata checkpoint failed")
+
+    def checkpoint_due(self) -> bool:
+        """Whether the commands (or bytes) since the last checkpoint call for a new one."""
+        commands, size = self.since_checkpoint
+        config = self.node.config
+        return commands >= config.metadata_checkpoint_commands or size >= max(
+            config.metadata_checkpoint_bytes, 2 * self.checkpoint_bytes
+        )
+
+    def maybe_checkpoint(self) -> int:
+        """On the metadata leader: propose a checkpoint if one is due and the state is exactly
+        that of the whole log (every entry in it applied, nothing in flight: the checkpoint
+        entry goes right after). Returns its offset, or -1."""
+        replica = self.node.metadata
+        if replica is None or replica.closed or not replica.is_leader or self.partial:
+            return -1
+        raft = replica.raft
+        if not self.caught_up() or replica.applied_through != raft.last_index:
+            return -1
+        if not self.checkpoint_due():
+            return -1
+        data = checkpoints.checkpoint_batch(self.node.state, now_ms())
+        if len(data) > replica.log.config.max_batch_bytes:
+            log.error("metadata checkpoint exceeds the batch limit", size=len(data))
+            return -1
+        try:
+            index, _ = raft.propose(data, 1)
+        except LaminarError as exc:  # leadership being transferred, backlog full
+            log.debug("metadata checkpoint not proposed", error=str(exc))
+            return -1
+        self.node.runtime.wake(replica)
+        log.info("metadata checkpoint proposed", index=index, size=len(data))
+        return index
+
+    def compact(self) -> int:
+        """Delete the metadata log's segments below the newest checkpoint this node applied
+        and holds durably (never anything a checkpoint does not cover; the checkpoint stays).
+        Returns how many segments went."""
+        replica = self.node.metadata
+        at = self.checkpoint_index
+        if replica is None or replica.closed or at <= replica.log.start_offset:
+            return 0
+        if replica.log.durable_offset <= at:
+            return 0
+        return replica.log.discard_before(at)
+
+    async def checkpoint_loop(self, interval: float = 0.2) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.maybe_checkpoint()
+                self.compact()
+            except Exception:  # a storage fault here must not end the loop
+                log.exception("metadata checkpoint or compaction failed")
+
 
 def with_request_id(command: dict[str, Any]) -> dict[str, Any]:
     """The command with a unique ``request_id`` (kept if it has one already)."""
@@ -271,7 +422,7 @@ def with_request_id(command: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jsonable(result: Any) -> Any:
-    if result is None or isinstance(result, int | str):
+    if result is None or isinstance(result, int | str | dict):
         return result
     try:
         return asdict(result)

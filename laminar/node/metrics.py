@@ -13,7 +13,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -115,6 +115,8 @@ class Sources:
     lost_state_replicas: Callable[[], int]
     loop_lag: LoopLag
     per_partition: bool = False
+    metadata_log: Callable[[], list[dict[str, Any]]] = list
+    """This node's metadata log row (``status.metadata_log``): start, end, checkpoint."""
 
 
 class NodeCollector(Collector):
@@ -130,6 +132,7 @@ class NodeCollector(Collector):
         yield from self._storage()
         yield from self._raft()
         yield from self._logs()
+        yield from self._metadata_log()
         yield from self._group_lag()
         yield from self._gossip()
         yield from self._process()
@@ -355,6 +358,22 @@ class NodeCollector(Collector):
             high.add_metric(list(key), committed)
             size.add_metric(list(key), nbytes)
         yield from (start, end, high, size)
+
+    def _metadata_log(self) -> Iterator[Metric]:
+        rows = self.s.metadata_log()
+        for field_name, name, documentation in (
+            ("start_offset", "start_offset", "First offset of this node's metadata log (a "
+             "checkpoint once cut)."),
+            ("end_offset", "end_offset", "Offset after the last entry of the metadata log."),
+            ("checkpoint", "checkpoint_offset", "Offset of the newest metadata checkpoint "
+             "applied here (-1: none)."),
+            ("size_bytes", "size_bytes", "Bytes of this node's metadata log."),
+        ):  # fmt: skip
+            yield GaugeMetricFamily(
+                f"laminar_metadata_log_{name}",
+                documentation,
+                value=rows[0][field_name] if rows else 0,
+            )
 
     def _group_lag(self) -> Iterator[Metric]:
         """Committed offset vs high watermark for the groups this node coordinates, over the

@@ -38,6 +38,7 @@ from laminar.node.metadata import (
     TopicSettings,
     group_id,
 )
+from laminar.node.metadata_checkpoint import METADATA_MAX_BATCH
 from laminar.node.metadata_service import MetadataService, now_ms
 from laminar.node.metrics import RequestStats
 from laminar.node.observability import Observability
@@ -54,10 +55,24 @@ from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.log import LogConfig
+from laminar.splits.service import SplitService
 from laminar.transport import split_address
 
 log = structlog.get_logger(__name__)
 
+GROUP_TOPIC_CHANGES = frozenset(
+    (
+        "create_topic",
+        "delete_topic",
+        "add_partitions",
+        "register_node",
+        "finish_move",
+        "begin_split",
+        "begin_merge",
+        "finish_op",
+    )
+)
+BEGIN_OPS = ("begin_split", "begin_merge")
 OPEN_AT_ONCE = 64
 """Replicas opened in one event-loop iteration when a topic is created or grown ..."""
 FIRST_ELECTION_GRACE = 2
@@ -149,6 +164,13 @@ class Node:
         )
         self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
+        self.splits = SplitService(
+            self.node_id, self.state, self.client_server.io, self.replica_for,
+            self.runtime.process_now, self.calls.call, service.propose,
+            lambda: self.metadata is not None and self.metadata.is_leader,
+        )  # fmt: skip
+        self.calls.register("seal_partition", self.splits.serve_seal)
+        self.calls.register("split_load", self.splits.serve_load)
         self.kafka_server = KafkaServer(NodeBroker(self)) if config.kafka_listen else None
         self.swim.subscribe(self.placement.on_member_event)
         self.observability = Observability(self) if config.metrics_listen else None
@@ -177,10 +199,12 @@ class Node:
             METADATA_GROUP,
             self.node_id,
             metadata_dir,
-            LogConfig(retention_ms=None, max_batch_bytes=self.config.max_batch_bytes),
+            LogConfig(retention_ms=None, max_batch_bytes=METADATA_MAX_BATCH),
             ConfState(voters=voters, learners=learners),
             self._raft_config(deliver_committed=True),
             apply=self.metadata_service.apply,
+            apply_gap=self.metadata_service.apply_gap,
+            roll_at_control=True,
             topic="__metadata",
             states=self.states,
         )
@@ -196,6 +220,7 @@ class Node:
         self.runtime.start()
         self.groups.start()
         self.queues.start()
+        self.splits.start()
         self._tasks = [
             asyncio.create_task(self._liveness_loop(), name="peer-liveness"),
             asyncio.create_task(self._retention_loop(), name="retention"),
@@ -203,6 +228,7 @@ class Node:
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
             asyncio.create_task(self.disk.watch(), name="disk-space"),
             asyncio.create_task(self.leader_reports.run(), name="leader-reports"),
+            asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
         ]
         self.spawn(self._register())
         log.info(
@@ -261,6 +287,7 @@ class Node:
             await self.observability.stop()
         await self.groups.stop()
         await self.queues.stop()
+        await self.splits.stop()
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
@@ -365,9 +392,9 @@ class Node:
 
     def reconcile(self, command: dict[str, Any], result: Any, index: int) -> None:
         op = command["op"]
-        if op in ("create_topic", "delete_topic", "add_partitions", "register_node", "finish_move"):
+        if op in GROUP_TOPIC_CHANGES:
             self.groups.topics_changed()  # partition counts, or where replicas (racks) are
-        if op in ("create_topic", "add_partitions") and isinstance(result, Topic):
+        if op in ("create_topic", "add_partitions", *BEGIN_OPS) and isinstance(result, Topic):
             hosted = [
                 partition
                 for partition in range(command.get("from", 0), len(result.partitions))
@@ -561,6 +588,11 @@ class Node:
             segment_ms=spec.get("segment_ms") or config.default_segment_ms,
             retention_ms=None if retention_ms < 0 else retention_ms,
             retention_bytes=spec.get("retention_bytes") or None,
+            partitioning=spec.get("partitioning") or "hash",
+            auto_split_above=spec.get("auto_split_above") or 0,
+            auto_merge_below=spec.get("auto_merge_below") or 0,
+            auto_window_ms=spec.get("auto_window_ms") or 60_000,
+            max_partitions=spec.get("max_partitions") or 0,
         )
 
     def replica_for(self, topic_name: str, partition: int) -> Replica | None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from laminar.node.health_http import HealthServer
 from laminar.node.metadata import group_id
 from laminar.node.metrics import LoopLag, Sources, registry_for
+from laminar.node.status import metadata_log
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -36,6 +37,7 @@ class Observability:
             lost_state_replicas=lambda: len(node.amnesia.gated),
             loop_lag=self.loop_lag,
             per_partition=node.config.metrics_per_partition,
+            metadata_log=lambda: metadata_log(node),
         )
         self.registry = registry_for(sources)
         self.server = HealthServer(node.config.metrics_listen, self.registry, self.not_ready)

@@ -20,6 +20,7 @@ from laminar.errors import (
     InvalidRequestError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    PartitionSealedError,
     RequestTimeoutError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -27,6 +28,7 @@ from laminar.errors import (
 from laminar.node.replica import Replica, Waiter
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
+from laminar.splits.ops import ACTIVE, PENDING
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -90,10 +92,37 @@ class PartitionIO:
         earlier = replica.storage.producers.find(header)
         if earlier is not None:
             return earlier.base_offset, earlier.last_offset
+        # After the duplicate check: a retry of a batch written before the seal gets its
+        # offsets, not an error that would make the producer write it again elsewhere.
+        if replica.storage.seal_offset is not None or self._not_active(replica):
+            raise self.sealed_error(replica)
         base, last = replica.raft.propose(data, header.record_count)
         replica.storage.producers.record(header, base, last)
         self.node.request_stats.produce(replica.topic, header.record_count, len(data))
         return base, last
+
+    def _not_active(self, replica: Replica) -> bool:
+        topic = self.node.state.topics.get(replica.topic)
+        if topic is None or replica.partition >= len(topic.partitions):
+            return False
+        return topic.partitions[replica.partition].state != ACTIVE
+
+    def sealed_error(self, replica: Replica) -> PartitionSealedError:
+        """The typed refusal of a write to a sealed (or not yet active) partition."""
+        topic = self.node.state.topics.get(replica.topic)
+        name, partition = replica.topic, replica.partition
+        if topic is not None and partition < len(topic.partitions):
+            if topic.partitions[partition].state == PENDING:
+                return PartitionSealedError(
+                    f"{name}/{partition} is not active yet (its split or merge is finishing)"
+                )
+            children = [i for i, a in enumerate(topic.partitions) if partition in a.parents]
+            if children:
+                listed = ", ".join(map(str, children))
+                return PartitionSealedError(
+                    f"{name}/{partition} is sealed; its range moved to partitions {listed}"
+                )
+        return PartitionSealedError(f"{name}/{partition} is sealed")
 
     def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
         """A waiter released once ``last`` is committed (None: it already is)."""

@@ -51,10 +51,10 @@ class Readmission:
         lost = self.amnesia.check_log(replica.group, replica.log.end_offset) or lost
         self.runtime.add(replica)
         if lost:
-            self.spawn(self._report_lost(replica))
+            self.spawn(self.report_lost(replica))
         return lost
 
-    async def _report_lost(self, replica: Replica) -> None:
+    async def report_lost(self, replica: Replica) -> None:
         """Tell the metadata this replica lost its state; its group's leader re-admits it."""
         incident = self.amnesia.incident(replica.group)
         command = {

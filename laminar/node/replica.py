@@ -48,6 +48,9 @@ class Replica:
     partition: int = 0
     apply: Callable[[Any], Any] | None = None
     """Metadata group only: applies committed NORMAL entries and returns their result."""
+    apply_gap: Callable[[int], None] | None = None
+    """Metadata group only: told the offset of a committed entry handed out right after a gap
+    (a log that starts above 0, or was reset): what precedes it was never applied here."""
     applied_through: int = -1
     """Metadata group only: the last offset of the committed entries handed to ``apply`` so
     far, the core's own NOOP and CONFIG entries included (``apply`` sees only NORMAL ones)."""
@@ -88,13 +91,23 @@ class Replica:
         raft_config: RaftConfig,
         *,
         cut_damage: bool = False,
+        roll_at_control: bool = False,
         **kwargs: Any,
     ) -> Replica:
         """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
         crc-checked first and the log cut before the first damaged one (a repair: the caller
-        has marked the replica as one that lost state, see repair.py)."""
+        has marked the replica as one that lost state, see repair.py); ``roll_at_control``:
+        see LogStorage."""
         reopen = functools.partial(
-            cls.open, group, node_id, directory, log_config, initial_conf, raft_config, **kwargs
+            cls.open,
+            group,
+            node_id,
+            directory,
+            log_config,
+            initial_conf,
+            raft_config,
+            roll_at_control=roll_at_control,
+            **kwargs,
         )
         states: StateJournal | None = kwargs.get("states")
         hard, conf = states.load(directory) if states is not None else load_state(directory)
@@ -103,7 +116,7 @@ class Replica:
         try:
             if cut_damage:
                 log.cut_at_damage()
-            storage = LogStorage(log)
+            storage = LogStorage(log, roll_at_control)
             conf = conf or initial_conf
             raft = RaftNode(node_id, storage, conf, hard, raft_config)  # reads the log's tail
         except BaseException:

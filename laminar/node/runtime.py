@@ -306,6 +306,8 @@ class MultiRaft:
 
     def _apply(self, replica: Replica, entries: list) -> None:
         assert replica.apply is not None
+        if entries[0].index != replica.applied_through + 1 and replica.apply_gap is not None:
+            replica.apply_gap(entries[0].index)
         for entry in entries:
             if entry.kind == EntryKind.NORMAL:
                 replica.apply(entry)

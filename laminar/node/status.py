@@ -15,7 +15,46 @@ if TYPE_CHECKING:
 
 def local_status(node: Node) -> dict[str, list[dict[str, Any]]]:
     """This node's part of the cluster status (the peer "status" call answers with it)."""
-    return {"partitions": led_partitions(node), "faults": replica_faults(node)}
+    return {
+        "partitions": led_partitions(node),
+        "faults": replica_faults(node),
+        "metadata_log": metadata_log(node),
+    }
+
+
+def metadata_log(node: Node) -> list[dict[str, Any]]:
+    """This node's metadata log: where it starts (a checkpoint, once cut) and ends."""
+    replica = node.metadata
+    if replica is None or replica.closed:
+        return []
+    service = node.metadata_service
+    return [
+        {
+            "node_id": node.node_id,
+            "start_offset": replica.log.start_offset,
+            "end_offset": replica.log.end_offset,
+            "checkpoint": service.checkpoint_index,
+            "applied": service.applied,
+            "size_bytes": replica.log.size_bytes,
+        }
+    ]
+
+
+_LOG_FIELDS = ("node_id", "start_offset", "end_offset", "checkpoint", "applied", "size_bytes")
+
+
+def _log_row(row: Any) -> bool:
+    return isinstance(row, dict) and all(type(row.get(f)) is int for f in _LOG_FIELDS)
+
+
+def fill_metadata_log(slot: Any, row: dict[str, Any]) -> None:
+    """A MetadataLogStatus from a ``metadata_log`` row (checked by ``cluster_view``)."""
+    slot.nodeId = int(row["node_id"])
+    slot.startOffset = int(row["start_offset"])
+    slot.endOffset = int(row["end_offset"])
+    slot.checkpoint = int(row["checkpoint"])
+    slot.applied = int(row["applied"])
+    slot.sizeBytes = max(0, int(row["size_bytes"]))
 
 
 LOST_STATE = "lost state: re-admitting (not voting)"
@@ -113,4 +152,6 @@ async def cluster_view(node: Node) -> dict[str, list[dict[str, Any]]]:
                 rows.extend(result.get(key, []))
     view["partitions"].sort(key=lambda p: (p["topic"], p["partition"]))
     view["faults"].sort(key=lambda f: (f["topic"], f["partition"], f["node_id"]))
+    view["metadata_log"] = [m for m in view["metadata_log"] if _log_row(m)]
+    view["metadata_log"].sort(key=lambda m: m["node_id"])
     return view

@@ -8,6 +8,9 @@ of commands.
 
 from __future__ import annotations
 
+import asyncio
+import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -15,9 +18,13 @@ from typing import Any
 from laminar.errors import InvalidRequestError, UnknownTopicError
 from laminar.node.metadata import ALTERABLE_SETTINGS, MetadataState, Topic, TopicSettings
 from laminar.segment.log import LogConfig
+from laminar.splits.ops import RANGE, plan_children
 from laminar.topic_names import is_internal, validate_topic_name
 
 Propose = Callable[[dict[str, Any]], Awaitable[Any]]
+
+OPERATION_WAIT = 20.0
+"""How long a split or merge request waits for the operation to finish before answering."""
 
 KEEP = -2
 """An ``alter_topic`` value that leaves the setting as it is."""
@@ -52,8 +59,13 @@ class TopicAdmin:
             raise InvalidRequestError("a topic needs at least one partition")
         if spec["replication_factor"] < 1:
             raise InvalidRequestError("replication factor must be at least 1")
+        if spec.get("partitioning") not in (None, "", "hash", RANGE):
+            raise InvalidRequestError(
+                f"partitioning is hash or range, not {spec.get('partitioning')!r}"
+            )
         settings = self.settings_for(spec)
         self._check_log_settings(settings)
+        check_auto_policy(settings)
         return settings
 
     async def delete_topic(self, name: str) -> None:
@@ -68,6 +80,31 @@ class TopicAdmin:
                 f"topic {name!r} has {len(topic.partitions)} partitions; {total} would not add any"
             )
         await self.propose({"op": "add_partitions", "name": name, "total": total})
+        return self._existing(name)
+
+    async def split_partition(self, name: str, partition: int, at: int | None = None) -> Topic:
+        """Begin splitting ``partition`` of a range topic at hash ``at`` (default: the middle
+        of its range); the split driver seals it and activates the two children."""
+        command = {"op": "begin_split", "name": name, "partition": partition, "at": at}
+        return await self._operate(name, command)
+
+    async def merge_partitions(self, name: str, first: int, second: int) -> Topic:
+        """Begin merging two active partitions with adjacent ranges into one child."""
+        command = {"op": "begin_merge", "name": name, "partitions": [first, second]}
+        return await self._operate(name, command)
+
+    async def _operate(self, name: str, command: dict[str, Any]) -> Topic:
+        """Begin a split or merge and wait (up to ``OPERATION_WAIT`` s) until the driver has
+        finished it; the topic as it is then (an operation still open shows in it)."""
+        plan_children(self._existing(name), command)  # refuse now what apply would refuse
+        op_id = command["request_id"] = uuid.uuid4().hex
+        await self.propose(command)
+        deadline = time.monotonic() + OPERATION_WAIT
+        while time.monotonic() < deadline:
+            operation = self._existing(name).operation
+            if operation is None or operation["id"] != op_id:
+                break
+            await asyncio.sleep(0.02)
         return self._existing(name)
 
     async def alter_topic(self, name: str, changes: dict[str, int]) -> Topic:
@@ -88,7 +125,9 @@ class TopicAdmin:
                 wanted[setting] = value
         if not wanted:
             raise InvalidRequestError("nothing to alter: give at least one setting")
-        self._check_log_settings(TopicSettings(**{**asdict(topic.settings), **wanted}))
+        altered = TopicSettings(**{**asdict(topic.settings), **wanted})
+        self._check_log_settings(altered)
+        check_auto_policy(altered)
         await self.propose({"op": "alter_topic", "name": name, "settings": wanted})
         return self._existing(name)
 
@@ -114,6 +153,26 @@ class TopicAdmin:
             log_config(settings, self.max_batch_bytes)
         except ValueError as exc:
             raise InvalidRequestError(f"invalid topic settings: {exc}") from None
+
+
+def check_auto_policy(settings: TopicSettings) -> None:
+    """An automatic split/merge policy: only for range topics, sane thresholds and window."""
+    values = (settings.auto_split_above, settings.auto_merge_below, settings.max_partitions)
+    if any(value < 0 for value in values) or settings.auto_window_ms < 1000:
+        raise InvalidRequestError("auto thresholds are >= 0 and the window at least 1 s")
+    if not (settings.auto_split_above or settings.auto_merge_below):
+        return
+    if settings.partitioning != RANGE:
+        raise InvalidRequestError("automatic splits and merges need --partitioning range")
+    if (
+        settings.auto_split_above
+        and settings.auto_merge_below
+        and settings.auto_merge_below * 2 > settings.auto_split_above
+    ):
+        raise InvalidRequestError(
+            "--auto-merge-below must be at most half of --auto-split-above (a merged partition "
+            "would be split again at once)"
+        )
 
 
 def log_config(settings: TopicSettings, max_batch_bytes: int) -> LogConfig:
