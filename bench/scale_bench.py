@@ -205,7 +205,7 @@ async def measure(partitions: int, idle_seconds: float, led_timeout: float) -> d
                     retry_backoff_ms=50,
                     delivery_timeout_ms=300_000,
                 ) as producer:
-                    out["first_write_s"] = await write_everywhere(producer, partitions, 120)
+                    out["first_write_s"] = await write_everywhere(producer, partitions, 300)
                     topic = await admin.describe_topic(TOPIC)
                     leaders = Counter(p.leader for p in topic.partitions)
                     victim, led = leaders.most_common(1)[0]
@@ -232,7 +232,7 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="short idle window, tighter bounds")
     args = parser.parse_args()
     idle = 5.0 if args.quick else 15.0
-    led_timeout = 60.0 if args.quick else 180.0
+    led_timeout = 120.0 if args.quick else 300.0
     baseline = await measure(args.baseline, idle, led_timeout)
     print("baseline", json.dumps(baseline), flush=True)
     big = await measure(args.partitions, idle, led_timeout)
