@@ -65,7 +65,7 @@ def persist(node: Node, group: int) -> None:
     replica = node.runtime.replicas[group]
     state = replica.state_to_save()
     assert state is not None
-    replica.save_state(state)
+    replica.write_state(state)
     replica.log.flush()
 
 

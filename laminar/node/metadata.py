@@ -217,14 +217,14 @@ class MetadataState:
                 del self.recovering[key]
             return topic
         if op == "set_leader":
-            topic = self.topic_by_id(command["topic_id"])
-            if topic is None or command["partition"] >= len(topic.partitions):
-                return None  # the topic was deleted meanwhile
-            assignment = topic.partitions[command["partition"]]
-            if command["term"] >= assignment.leader_term:
-                assignment.leader = command["leader"]
-                assignment.leader_term = command["term"]
-            return assignment
+            return self._set_leader(
+                command["topic_id"], command["partition"], command["leader"], command["term"]
+            )
+        if op == "set_leaders":  # many partitions of one leader (leader_reports.py)
+            by_id = {topic.topic_id: topic for topic in self.topics.values()}
+            for topic_id, partition, term in command["partitions"]:
+                self._set_leader(topic_id, partition, command["leader"], term, by_id.get(topic_id))
+            return None
         if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command, index)
         if op == "move_target_ready":
@@ -267,6 +267,18 @@ class MetadataState:
         if op in AUTH_OPS:
             return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _set_leader(
+        self, topic_id: int, partition: int, leader: int, term: int, topic: Topic | None = None
+    ) -> PartitionAssignment | None:
+        topic = topic or self.topic_by_id(topic_id)
+        if topic is None or partition >= len(topic.partitions):
+            return None  # the topic was deleted meanwhile
+        assignment = topic.partitions[partition]
+        if term >= assignment.leader_term:
+            assignment.leader = leader
+            assignment.leader_term = term
+        return assignment
 
     def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:
         """Set and reset some of a share group's settings; a bad entry changes nothing."""

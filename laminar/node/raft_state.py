@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,19 +42,18 @@ class StateToSave:
 
 @dataclass(eq=False)
 class StateWriter:
-    """Saves one group's state file from the loop (a log reset) and the flush threads (a
-    pass) alike: writes never interleave (they share one temp file), and a state captured
-    earlier never replaces one captured later that reached the disk first."""
+    """Orders one group's state saves, made from the loop (a log reset) and the flush threads
+    (a pass) alike: they never interleave, and a state captured earlier never replaces one
+    captured later that was written first."""
 
-    directory: Path
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _written: int = 0
 
-    def save(self, state: StateToSave) -> None:
+    def save(self, state: StateToSave, write: Callable[[HardState, ConfState], None]) -> None:
         with self._lock:
             if state.stamp <= self._written:
                 return
-            save_state(self.directory, state.hard, state.conf)
+            write(state.hard, state.conf)
             self._written = state.stamp
 
 
