@@ -18,6 +18,7 @@ from laminar.errors import (
     NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderError,
+    OutOfOrderSequenceError,
     ProtocolError,
     RequestTimeoutError,
     UnknownPartitionError,
@@ -52,6 +53,7 @@ RETRIABLE = (
     NotCoordinatorError,
     UnknownTopicError,
     UnknownPartitionError,
+    OutOfOrderSequenceError,
     ConnectionError,
     OSError,
 )

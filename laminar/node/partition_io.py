@@ -26,6 +26,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.node import sequences
 from laminar.node.replica import Replica, Waiter
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
@@ -93,8 +94,9 @@ class PartitionIO:
         self, replica: Replica, data: memoryview | bytes, header: BatchHeader
     ) -> tuple[int, int]:
         """Propose a verified batch on the leader; a retry of a batch the log already holds
-        (same producer id and sequence) gets the first write's offsets instead."""
-        earlier = replica.storage.producers.find(header)
+        (same producer id and sequence) gets the first write's offsets instead, and an
+        idempotent batch out of sequence is refused (``laminar.node.sequences``)."""
+        earlier = sequences.check(replica.storage.producers, header)
         if earlier is not None:
             return earlier.base_offset, earlier.last_offset
         # After the duplicate check: a retry of a batch written before the seal gets its
