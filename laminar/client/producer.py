@@ -36,8 +36,11 @@ from laminar.client.types import (
 )
 from laminar.errors import (
     CorruptBatchError,
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
     LaminarError,
     NotLeaderError,
+    OutOfOrderSequenceError,
     PartitionSealedError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -120,8 +123,14 @@ class Producer:
         compression: str | None = None,
         compression_level: int | None = None,
         ssl: SSLContext | None = None,
+        max_in_flight_per_partition: int | None = None,
     ) -> None:
-        """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
+        """``max_in_flight_per_partition``: batches of one partition sent before the first
+        is acknowledged (Kafka's ``max.in.flight.requests.per.connection``); default 5 for an
+        idempotent producer, whose sequences let the node keep them in order across retries,
+        and 1 otherwise (more than 1 without idempotence may reorder records on a retry).
+
+        ``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
         formats): each batch's records are compressed once, when it is built, and stored and
         served compressed; readers decompress. ``compression_level`` overrides the codec's
         default (gzip 0-9, default 6; lz4 0-16, default 1; zstd -7-22, default 3).
@@ -145,6 +154,11 @@ class Producer:
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.metadata_timeout = metadata_timeout_ms / 1000
         self.buffer_bytes = buffer_bytes
+        if max_in_flight_per_partition is None:
+            max_in_flight_per_partition = 5 if idempotent else 1
+        if max_in_flight_per_partition < 1:
+            raise ValueError("max_in_flight_per_partition must be >= 1")
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self._batch_bytes = batch_bytes
         self._linger = linger_ms / 1000
         self._default_partitioner = DefaultPartitioner() if partitioner is None else None
@@ -178,6 +192,7 @@ class Producer:
             loop=asyncio.get_running_loop(),
             compression=self.compression,
             compression_level=self.compression_level,
+            max_in_flight=self.max_in_flight_per_partition,
         )
         self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
 
@@ -590,6 +605,11 @@ class Producer:
         if isinstance(error, PartitionSealedError):
             self._reroute(batch)
             return
+        if isinstance(error, DuplicateSequenceError):
+            # Written before, by an attempt whose reply was lost, but older than what the node
+            # remembers: delivered, at offsets no longer known (Kafka answers the same).
+            log.warning("batch was already written; its offsets are unknown", tp=batch.tp)
+            error, base_offset = None, -1
         if error is not None:
             self._retry_or_fail(batch, error)
             return
@@ -602,6 +622,19 @@ class Producer:
         assert accumulator is not None and cluster is not None
         now = asyncio.get_running_loop().time()
         in_time = now - batch.created < self.delivery_timeout
+        refused = isinstance(error, OutOfOrderSequenceError) or (
+            isinstance(error, InvalidProducerEpochError) and accumulator.stale(batch)
+        )
+        # (bounded, in case a node keeps refusing: then it is an ordinary retry with backoff)
+        bound = self.max_in_flight_per_partition * (self.retries + 1)
+        if refused and in_time and batch.refused < bound:
+            # Not written: a batch before it is missing (it failed and is resent, or failed
+            # for good and the partition moved to a new epoch). It goes again, in its
+            # place, after that one; no metadata refresh, no backoff, no retry counted.
+            log.debug("batch refused out of order", tp=batch.tp, error=str(error))
+            accumulator.requeue(batch, now, rebuild=True, counted=False)
+            self._wakeup.set()
+            return
         # This producer built the batch whole, so a batch the node found corrupt was damaged on
         # the wire (client frames leave batches to their own crc): sending it again can succeed.
         retriable = is_retriable(error) or isinstance(error, CorruptBatchError)
