@@ -418,6 +418,22 @@ class RecordAccumulator:
         if not flying:
             del self._in_flight[batch.tp]
 
+    def hold(self, batch: ProducerBatch) -> None:
+        """A batch in flight was refused by its sealed partition: it leaves the flight (its
+        bytes stay counted until ``release_held``); it will go elsewhere."""
+        self._leave_flight(batch)
+
+    def release_held(self, batch: ProducerBatch) -> None:
+        """A held batch is handed over to be sent elsewhere: its bytes leave the buffer."""
+        self.buffered_bytes -= batch.size - HEADER_SIZE
+
+    def unsettled(self, tp: TopicPartition) -> bool:
+        """Whether a batch of ``tp`` is in flight or was sent and waits to be sent again
+        (whether it was written there is not known yet)."""
+        if tp in self._in_flight:
+            return True
+        return any(batch.data is not None for batch in self._queues.get(tp, ()))
+
     def take_partition(self, tp: TopicPartition) -> list[ProducerBatch]:
         """Every batch of ``tp`` (the one in flight first, then the queue, in order), taken
         off it with its bytes: the partition was sealed and they go elsewhere."""

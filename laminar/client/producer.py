@@ -172,6 +172,9 @@ class Producer:
         self._closed = False
         self._partition_cache: dict[str, CachedTopic] = {}
         self._reroutes: set[asyncio.Task[None]] = set()
+        self._held: dict[TopicPartition, list[ProducerBatch]] = {}
+        """Batches a sealed partition refused (not written), kept until every other batch of
+        it in flight or to be resent has its answer; then all go elsewhere together."""
         self._rerouting: dict[str, tuple[list[int], asyncio.Event]] = {}
         """Topic -> (re-routes running, set when none is): sends to it wait meanwhile."""
         # A random id is unique enough: 62 bits, one per Producer object.
@@ -473,7 +476,12 @@ class Producer:
         while True:
             self._wakeup.clear()
             batches, wake_at = self._dispatch()
-            if accumulator.closing and accumulator.empty() and not self._reroutes:
+            if (
+                accumulator.closing
+                and accumulator.empty()
+                and not self._reroutes
+                and not self._held
+            ):
                 return
             if batches:
                 continue  # retries put back just now may already be due
@@ -602,8 +610,16 @@ class Producer:
             self._wakeup.set()
 
     def _done(self, batch: ProducerBatch, error: LaminarError | None, base_offset: int) -> None:
-        if isinstance(error, PartitionSealedError):
-            self._reroute(batch)
+        tp = batch.tp
+        if isinstance(error, PartitionSealedError) or (
+            tp in self._held and isinstance(error, OutOfOrderSequenceError)
+        ):
+            # Refused, so not written: held back until the partition's other batches in
+            # flight have their answers (one sent before it may still be written there).
+            assert self._accumulator is not None
+            self._accumulator.hold(batch)
+            self._held.setdefault(tp, []).append(batch)
+            self._reroute_when_settled(tp)
             return
         if isinstance(error, DuplicateSequenceError):
             # Written before, by an attempt whose reply was lost, but older than what the node
@@ -615,6 +631,8 @@ class Producer:
             return
         batch.complete(base_offset)
         self._release(batch)
+        if tp in self._held:
+            self._reroute_when_settled(tp)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
         accumulator = self._accumulator
@@ -657,21 +675,32 @@ class Producer:
         batch.fail(error)
         self._release(batch)
 
-    def _reroute(self, batch: ProducerBatch) -> None:
-        """``batch``'s partition was sealed by a split or merge: take it and every batch queued
-        behind it off that partition and send their records, in order, to the partitions that
-        own their keys now (once the metadata shows the seal). Each record's handle then
+    def _reroute_when_settled(self, tp: TopicPartition) -> None:
+        """Once no batch of sealed ``tp`` is in flight or waits to be resent (its outcome
+        unknown), send the held ones and every batch queued behind them elsewhere."""
+        accumulator = self._accumulator
+        assert accumulator is not None
+        if accumulator.unsettled(tp):
+            return
+        held = self._held.pop(tp, [])
+        for batch in held:
+            accumulator.release_held(batch)
+        self._reroute(tp, held)
+
+    def _reroute(self, tp: TopicPartition, held: list[ProducerBatch]) -> None:
+        """``tp`` was sealed by a split or merge: take ``held`` (refused by it) and every batch
+        queued for it off that partition and send their records, in order, to the partitions
+        that own their keys now (once the metadata shows the seal). Each record's handle then
         resolves with where it was finally written."""
         accumulator = self._accumulator
         assert accumulator is not None
-        batches = accumulator.take_partition(batch.tp)
-        if batch not in batches:
-            batches.insert(0, batch)
+        batches = sorted(held + accumulator.take_partition(tp), key=lambda b: b.sequence)
         self._space.set()
-        topic = batch.tp.topic
+        self._wakeup.set()
+        topic = tp.topic
         running, _event = self._rerouting.setdefault(topic, ([0], asyncio.Event()))
         running[0] += 1
-        task = asyncio.create_task(self._send_elsewhere(batch.tp, batches))
+        task = asyncio.create_task(self._send_elsewhere(tp, batches))
         self._reroutes.add(task)
         task.add_done_callback(lambda done: self._rerouted(topic, done))
 
