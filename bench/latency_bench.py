@@ -46,6 +46,7 @@ import uvloop
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from nats_cluster import add_r3_stream, nats_available, nats_cluster
+from proc_cpu import cpu_seconds
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.localcluster import LocalCluster, free_port_pairs
@@ -102,18 +103,6 @@ async def paced(send: Send, rate: int, seconds: float, counted: int) -> tuple[in
             sent += 1
         await asyncio.sleep(0.001)
     return sent, sent / (clock() - started)
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes so far (Linux /proc; 0 elsewhere)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / os.sysconf("SC_CLK_TCK")
 
 
 async def run_rates(

@@ -23,12 +23,12 @@ import structlog
 import typer
 import uvloop
 
+from laminar.cli_auth import Password, User, client_options, set_client_login
 from laminar.cli_health import leaderless, render_health, under_replicated
 from laminar.cli_tls import (
     TlsCa,
     TlsCert,
     TlsKey,
-    client_ssl,
     dev_tls_note,
     node_security,
     set_client_tls,
@@ -76,14 +76,19 @@ Bootstrap = Annotated[
 
 @app.callback()
 def _quiet_library_logs(
-    tls_ca: TlsCa = None, tls_cert: TlsCert = None, tls_key: TlsKey = None
+    tls_ca: TlsCa = None,
+    tls_cert: TlsCert = None,
+    tls_key: TlsKey = None,
+    user: User = None,
+    password: Password = None,
 ) -> None:
     """Client-library logs stay out of command output (errors only, on stderr).
 
-    `laminar node start` sets up the node's own logging instead. The TLS options apply to
-    every client command: `laminar --tls-ca ca.pem topic list`.
+    `laminar node start` sets up the node's own logging instead. The TLS and login options
+    apply to every client command: `laminar --tls-ca ca.pem --user root topic list`.
     """
     set_client_tls(tls_ca, tls_cert, tls_key)
+    set_client_login(user, password)
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
@@ -482,7 +487,7 @@ def node_drain(
     """Move every replica off a node so it can leave the cluster."""
 
     async def go() -> int:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             await admin.drain_node(node_id)
             deadline = time.monotonic() + timeout
             while wait:
@@ -507,7 +512,7 @@ def node_undrain(
     """Undo a drain: the node takes replicas again as the cluster evens out replica counts."""
 
     async def go() -> None:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             await admin.undrain_node(node_id)
 
     run(go)
@@ -833,7 +838,7 @@ async def _produce(
     with Progress(console=console, transient=True, disable=not show_progress) as progress:
         task = progress.add_task(f"producing to {topic}", total=total)
         async with Producer(
-            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression, ssl=client_ssl()
+            bootstrap, acks=acks, linger_ms=linger_ms, compression=compression, **client_options()
         ) as producer:
             for record_key, record_value in payloads:
                 future = await producer.send(
@@ -971,7 +976,7 @@ async def _consume(
     count: int | None,
     output: str,
 ) -> int:
-    async with Consumer(bootstrap, auto_offset_reset="none", ssl=client_ssl()) as consumer:
+    async with Consumer(bootstrap, auto_offset_reset="none", **client_options()) as consumer:
         description = await consumer.cluster.wait_for_topic(topic, 5.0)
         available = [p.partition for p in description.partitions]
         for number in partitions or []:
@@ -1035,7 +1040,7 @@ def cluster_status(
     """Under-replicated and leaderless partitions, members, partitions, leaders, replica lag."""
 
     async def go() -> tuple[ClusterStatus, list[TopicDescription]]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             status = await admin.cluster_status()
             names = await admin.list_topics()
             described = await asyncio.gather(
@@ -1134,10 +1139,14 @@ def main() -> None:
 
 
 from laminar import cli_split  # noqa: E402 - needs the helpers above
+from laminar.cli_acl import acl_app  # noqa: E402 - needs the helpers above
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
 from laminar.cli_queue import consume_share, queue_app  # noqa: E402 - needs the helpers above
 from laminar.cli_topic import topic_app  # noqa: E402 - needs the helpers above
+from laminar.cli_user import user_app  # noqa: E402 - needs the helpers above
 
 app.add_typer(topic_app, name="topic")
 app.add_typer(group_app, name="group")
 app.add_typer(queue_app, name="queue")
+app.add_typer(user_app, name="user")
+app.add_typer(acl_app, name="acl")

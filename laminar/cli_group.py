@@ -24,7 +24,7 @@ from laminar.cli import (
     render_table,
     run,
 )
-from laminar.cli_tls import client_ssl
+from laminar.cli_auth import client_options
 from laminar.client import Admin, Consumer, GroupDescription, GroupSummary, TopicPartition
 from laminar.client.offsets import list_offsets
 from laminar.protocol import LATEST
@@ -41,7 +41,7 @@ def group_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Every consumer group of the cluster."""
 
     async def go() -> list[GroupSummary]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.list_groups()
 
     groups = run(go)
@@ -62,7 +62,7 @@ def group_describe(
     """State, members, and per partition: owner, committed offset, end offset and lag."""
 
     async def go() -> GroupDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.describe_group(group)
 
     description = run(go)
@@ -152,7 +152,7 @@ def group_reset_offsets(
         fail(str(exc).replace("--from", "--to"))
 
     async def go() -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             before = {tp: o.offset for tp, o in (await admin.fetch_offsets(group)).items()}
             options: dict[str, object] = {"partitions": partition, "dry_run": dry_run}
             if kind == "timestamp":
@@ -178,7 +178,7 @@ def group_delete(group: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Delete a group with no members, and its committed offsets."""
 
     async def go() -> None:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             await admin.delete_group(group)
 
     run(go)
@@ -222,7 +222,7 @@ async def consume_group(
         auto_offset_reset=reset,
         on_partitions_revoked=on_revoked,
         on_partitions_lost=on_lost,
-        ssl=client_ssl(),
+        **client_options(),
     )
     async with consumer:
         description = await consumer.cluster.wait_for_topic(topic, 5.0)

@@ -24,7 +24,7 @@ from laminar.cli import (
     run,
     text_of,
 )
-from laminar.cli_tls import client_ssl
+from laminar.cli_auth import client_options
 from laminar.client import Admin, QueueConfig, QueueDescription, ShareConsumer, ShareMessage
 from laminar.client.admin import UNCHANGED
 
@@ -49,7 +49,7 @@ def queue_describe(
     age of the oldest message not done; and the records in the group's dead-letter topic."""
 
     async def go() -> QueueDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.describe_queue(group, topic)
 
     description = run(go)
@@ -114,7 +114,7 @@ def queue_config(
                 changes[setting] = None
 
     async def go() -> QueueConfig:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             if not changes:
                 return await admin.describe_queue_config(group)
             return await admin.alter_queue_config(
@@ -247,7 +247,7 @@ async def consume_share(
         from_earliest=from_earliest,
         max_wait_ms=IDLE_MS,
         prefetch=count is None,  # with a count, take no more than it needs
-        ssl=client_ssl(),
+        **client_options(),
     ) as consumer:
         if follow:
             print(f"% reading {topic} as share group {group}", file=sys.stderr, flush=True)

@@ -23,7 +23,7 @@ from laminar.cli import (
     render_table,
     run,
 )
-from laminar.cli_tls import client_ssl
+from laminar.cli_auth import client_options
 from laminar.client import Admin, TopicPartition
 from laminar.client.descriptions import TopicDescription
 from laminar.protocol import EARLIEST, LATEST
@@ -84,7 +84,7 @@ def topic_create(
             "auto_window_ms": parse_duration_ms(auto_window),
             "max_partitions": max_partitions,
         }
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.create_topic(
                 name, partitions, replication_factor, partitioning=partitioning, **options
             )
@@ -112,7 +112,7 @@ def topic_list(bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """List topics with their partition count and replication factor."""
 
     async def go() -> list[TopicDescription]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             names = await admin.list_topics()
             return [admin.cluster.topic(name) for name in names]
 
@@ -130,7 +130,7 @@ def topic_describe(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Show a topic's settings and where its partitions live."""
 
     async def go() -> tuple[TopicDescription, dict[TopicPartition, int], dict[TopicPartition, int]]:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             description = await admin.describe_topic(name)
             tps = [
                 TopicPartition(name, p.partition)
@@ -179,7 +179,7 @@ def topic_delete(name: str, bootstrap: Bootstrap = DEFAULT_BOOTSTRAP) -> None:
     """Delete a topic and all its data."""
 
     async def go() -> None:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             await admin.delete_topic(name)
 
     run(go)
@@ -198,7 +198,7 @@ def topic_add_partitions(
     a key may hash to another partition afterwards."""
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.add_partitions(name, total)
 
     description = run(go)
@@ -252,7 +252,7 @@ def topic_alter(
         )
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.alter_topic(name, **changes)
 
     run(go)
@@ -278,7 +278,7 @@ def topic_split(
     its halves (per-key order is kept for readers that follow lineage)."""
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.split_partition(name, partition, at)
 
     typer.echo(cli_split.outcome(run(go), f"split {name}/{partition}"))
@@ -291,7 +291,7 @@ def topic_merge(
     """Merge two active partitions with adjacent ranges into one new partition."""
 
     async def go() -> TopicDescription:
-        async with Admin(bootstrap, ssl=client_ssl()) as admin:
+        async with Admin(bootstrap, **client_options()) as admin:
             return await admin.merge_partitions(name, first, second)
 
     typer.echo(cli_split.outcome(run(go), f"merged {name}/{first} and {name}/{second}"))

@@ -148,6 +148,23 @@ class InvalidProducerEpochError(LaminarError):
     code = 19
 
 
+# Authentication and authorization (laminar/auth): codes 50-59.
+
+
+class AuthenticationError(LaminarError):
+    """The connection is not authenticated (the cluster has users: authenticate first), or
+    a SASL/SCRAM exchange failed (unknown user, wrong password, malformed message). Not
+    retriable: the credentials must change."""
+
+    code = 50
+
+
+class AuthorizationError(LaminarError):
+    """The authenticated user may not do this (no ACL allows it); nothing was changed."""
+
+    code = 51
+
+
 # Consumer groups (laminar/groups): codes 20-29.
 
 
@@ -283,6 +300,8 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         OutOfOrderSequenceError,
         DuplicateSequenceError,
         InvalidProducerEpochError,
+        AuthenticationError,
+        AuthorizationError,
         UnknownMemberIdError,
         FencedMemberEpochError,
         StaleMemberEpochError,

@@ -71,13 +71,22 @@ def read_error(reader: Any) -> LaminarError | None:
     return cls(message)
 
 
+TRAVERSALS_PER_WORD = 4
+"""How many times over a decoded message may be read (Cap'n Proto's traversal limit)."""
+
+
 def decode(struct_type: Any, message: bytes | bytearray | memoryview) -> Any:
     """Decode an unpacked message; ProtocolError on any malformed input."""
     data = schemas.aligned(message)
     try:
         # traversal_limit protects against amplification; nesting_limit against deep recursion.
+        # Every read of a pointer field counts again, and handlers read a few fields of each
+        # list element more than once: a produce of a batch per partition to 400 partitions
+        # went past a limit of one message's size.
         context = struct_type.from_bytes(
-            data, traversal_limit_in_words=len(data) // 8 + 1024, nesting_limit=16
+            data,
+            traversal_limit_in_words=TRAVERSALS_PER_WORD * (len(data) // 8) + 1024,
+            nesting_limit=16,
         )
         reader = context.__enter__()
     except Exception as exc:  # pycapnp raises KjException or ValueError on garbage

@@ -93,6 +93,7 @@ async def _snapshot(options: SourceOptions, timestamp: int | None) -> tuple[Snap
         list(options.bootstrap),
         request_timeout_ms=options.request_timeout_ms,
         ssl=options.ssl_context(),
+        **options.login(),
     ) as admin:
         metadata = await admin.cluster.refresh_metadata()
         wanted: list[TopicPartitionKey] = []
@@ -143,6 +144,7 @@ def commit_group_offsets(options: SourceOptions, offsets: Offsets) -> None:
             list(options.bootstrap),
             request_timeout_ms=options.request_timeout_ms,
             ssl=options.ssl_context(),
+            **options.login(),
         ) as admin:
             await admin.commit_offsets(
                 options.group_id or "", {TopicPartition(*tp): o for tp, o in offsets.items()}
@@ -171,6 +173,7 @@ class _RangeFetcher:
             list(dict.fromkeys([*addresses, *options.bootstrap])),
             request_timeout=options.request_timeout_ms / 1000,
             ssl=options.ssl_context(),
+            credentials=options.credentials(),
         )
 
     async def start(self) -> None:

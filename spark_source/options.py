@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from laminar.client.connection import Credentials, credentials_of
 from laminar.client.types import DEFAULT_BOOTSTRAP, parse_bootstrap
 from laminar.tls import client_context
 
@@ -59,6 +60,16 @@ class SourceOptions:
     tls_cert: str | None = None
     """``tlsCert``/``tlsKey``: client certificate and key, for nodes requiring one."""
     tls_key: str | None = None
+    user: str | None = None
+    """``user``/``password``: authenticate (SCRAM-SHA-256) on a cluster with users."""
+    password: str | None = field(default=None, repr=False)
+
+    def credentials(self) -> Credentials | None:
+        return credentials_of(self.user, self.password)
+
+    def login(self) -> dict[str, str | None]:
+        """``username``/``password`` keyword arguments of the client classes."""
+        return {"username": self.user, "password": self.password}
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """Built where it is used (driver, each executor): contexts do not pickle."""
@@ -188,6 +199,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         raise OptionError("options tlsCert and tlsKey go together")
     if opts.get("tlscert") and not opts.get("tlsca"):
         raise OptionError("option tlsCert needs tlsCa")
+    if bool(opts.get("user")) != bool(opts.get("password")):
+        raise OptionError("options user and password go together")
     if max_offsets is not None and min_offsets is not None and min_offsets > max_offsets:
         raise OptionError("minOffsetsPerTrigger must not be larger than maxOffsetsPerTrigger")
     return SourceOptions(
@@ -214,6 +227,8 @@ def parse_options(options: Mapping[str, str]) -> SourceOptions:
         tls_ca=opts.get("tlsca") or None,
         tls_cert=opts.get("tlscert") or None,
         tls_key=opts.get("tlskey") or None,
+        user=opts.get("user") or None,
+        password=opts.get("password") or None,
     )
 
 

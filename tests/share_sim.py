@@ -323,7 +323,12 @@ class ShareSim:
         if len(m.held) < 8 and rng.random() < 0.6:
             n = rng.randint(1, 6)
             lock = rng.choice((None, None, 2500))
-            reply = self.sp.acquire(m.member_id, n, now, lock)
+            if rng.random() < 0.5:
+                reply = self.sp.acquire(m.member_id, n, now, lock)
+            else:  # the node's form: runs, expanded here to check each delivery alike
+                runs = self.sp.acquire_runs(m.member_id, n, now, lock)
+                reply = Reply(_expand(m.member_id, runs.value), runs.after)
+                self.stats["acquire_runs_calls"] += 1
             self.stats["acquire_calls"] += 1
             self.held.append((reply, self._on_deliveries(m, m.incarnation, now)))
         items: list[tuple[Acknowledgement, bool]] = []
@@ -352,7 +357,14 @@ class ShareSim:
                 h.lock_until = min(h.lock_until, now + ms)
                 h.extends += 1
         if items:
-            reply = self.sp.acknowledge([a for a, _ in items], now)
+            if rng.random() < 0.5:
+                reply = self.sp.acknowledge([a for a, _ in items], now)
+            else:  # the node's form: runs of consecutive offsets settled alike
+                runs = _settle_runs([a for a, _ in items])
+                ran = self.sp.settle_runs(m.member_id, runs, now)
+                reply = Reply(_per_item(runs, ran.value), ran.after)
+                kinds = {run[3] for run in runs}
+                self.stats["settle_runs_acks" if kinds == {"ack"} else "settle_runs_mixed"] += 1
             self.stats["acknowledge_calls"] += 1
             extends = {
                 a.receipt.offset: m.held[a.receipt.offset].extends
@@ -455,3 +467,41 @@ class ShareSim:
             if not self.dlq[o]:
                 self.fail(f"archived offset {o} was never copied to the dead-letter topic")
         self.stats["offsets"] += len(self.entries)
+
+
+def _expand(member_id: str, runs: list[tuple[int, int, int, int]]) -> list[Delivery]:
+    return [
+        Delivery(Receipt(member_id, o, count), until)
+        for lo, hi, count, until in runs
+        for o in range(lo, hi)
+    ]
+
+
+def _settle_runs(items: list[Acknowledgement]) -> list[tuple[int, int, int, str, int]]:
+    """Neighbours settling consecutive offsets alike become one run (the order is kept)."""
+    runs: list[list] = []
+    for a in items:
+        r = a.receipt
+        if runs:
+            last = runs[-1]
+            if (r.offset, r.delivery_count, a.kind, a.ms) == (
+                last[0] + last[1],
+                last[2],
+                last[3],
+                last[4],
+            ):
+                last[1] += 1
+                continue
+        runs.append([r.offset, 1, r.delivery_count, a.kind, a.ms])
+    return [tuple(run) for run in runs]  # type: ignore[misc]
+
+
+def _per_item(runs: list, failures: list[list]) -> list:
+    """settle_runs' per-run failures as acknowledge's per-item results."""
+    out = []
+    for (first, count, *_rest), failed in zip(runs, failures, strict=True):
+        errors = dict(failed)
+        if any(not first <= o < first + count for o in errors):
+            raise SimFailure(f"settle_runs reported offsets outside their run: {failed}")
+        out += [errors.get(o) for o in range(first, first + count)]
+    return out

@@ -212,3 +212,28 @@ def test_decoding_a_window_of_a_batch_gives_exactly_those_records(
     out: list[tuple[int, bytes | None]] = []
     decode_into(bytes(buf), header, lambda o, _t, _k, v, _h: (o, v), out, lo, hi)
     assert out == [(100 + i, b"v" * (i * 7)) for i in range(count) if lo <= 100 + i < hi]
+
+
+def test_two_byte_varints_read_inline_decode_like_the_long_form() -> None:
+    """Offset deltas past 63, value lengths of 64..8191 and timestamp deltas of two bytes (the
+    decoder reads them inline) decode as written, whole and as a window; a two-byte value
+    length running past its record is refused."""
+    sizes = (0, 63, 64, 100, 8191, 8192)
+    records = [
+        (None, b"v" * sizes[i % len(sizes)], (), 1_000_000 + (i * 37) % 9000) for i in range(300)
+    ]
+    buf = bytearray(build_batch(records))
+    stamp(buf, 5, 1)
+    out = decode_records(buf)
+    assert [(r.offset, r.timestamp, r.value) for r in out] == [
+        (5 + i, ts, v) for i, (_k, v, _h, ts) in enumerate(records)
+    ]
+    window: list[tuple[int, bytes | None]] = []
+    decode_into(bytes(buf), read_header(buf), lambda o, _t, _k, v, _h: (o, v), window, 105, 250)
+    assert window == [(5 + i, records[i][1]) for i in range(100, 245)]
+    one = bytearray(build_batch([(None, b"x" * 100, (), 0)]))
+    value_at = one.index(b"x" * 100) - 2  # the two-byte length of the value
+    assert one[value_at] >= 0x80
+    one[value_at + 1] += 1  # 128 bytes more than the record holds
+    with pytest.raises(CorruptBatchError):
+        decode_records(one)

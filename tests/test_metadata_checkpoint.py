@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -27,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from laminar.auth.scram import ScramCredential, make_credential
 from laminar.errors import InvalidRequestError, LaminarError
 from laminar.node import metadata_checkpoint as checkpoints
 from laminar.node.config import NodeConfig
@@ -74,7 +76,7 @@ class Commands:
 
     def _fresh(self, state: MetadataState, rng: random.Random) -> dict[str, Any]:
         topics = list(state.topics.values())
-        kind = rng.randrange(17)
+        kind = rng.randrange(19)
         if kind == 0 or not topics:
             n = rng.randint(1, 4)
             name = f"t{rng.randrange(12)}"
@@ -153,6 +155,24 @@ class Commands:
                 "set": {"lock_ms": value} if rng.random() < 0.7 else {},
                 "reset": ["lock_ms"] if rng.random() < 0.2 else [],
             }
+        if kind == 17:  # users (laminar/auth/state.py)
+            name = rng.choice(["alice", "bob", "carol"])
+            op = rng.choice(["create_user", "create_user", "alter_user", "delete_user"])
+            command = {"op": op, "name": name, "superuser": rng.random() < 0.5}
+            if op != "delete_user":
+                command["credential"] = _credential(rng.randrange(3)).to_json()
+            if op == "create_user" and not state.auth.internal_secret:
+                command["internal_secret"] = f"{rng.getrandbits(256):064x}"
+            return command
+        if kind == 18:
+            kind_of = rng.choice(["topic", "prefix", "any"])
+            rule = {
+                "principal": rng.choice(["alice", "bob", "*"]),
+                "kind": kind_of,
+                "name": "" if kind_of == "any" else rng.choice(["t1", "t"]),
+                "operation": rng.choice(["produce", "consume", "admin"]),
+            }
+            return {"op": rng.choice(["add_acl", "add_acl", "remove_acl"]), "rule": rule}
         if kind == 14:
             return {
                 "op": "begin_split",
@@ -191,6 +211,11 @@ class Commands:
             "name": topic.name,
             "settings": {"retention_ms": rng.choice([None, 1000, 60_000])},
         }
+
+
+@functools.cache
+def _credential(index: int) -> ScramCredential:
+    return make_credential(f"pw{index}", salt=bytes([index + 1]) * 16)
 
 
 def apply(state: MetadataState, command: dict[str, Any], index: int) -> None:

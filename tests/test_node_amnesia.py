@@ -23,7 +23,6 @@ from laminar.node.amnesia import MARKERS_DIR, Amnesia
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import MetadataState, Recovery, Topic, group_id
 from laminar.node.node import Node
-from laminar.node.raft_state import save_state
 from laminar.node.rebalance import advance_recovery
 from laminar.raft import MemoryStorage, Message, MessageType, Role
 from laminar.segment.batch import decode_records, is_control, iter_batches
@@ -66,7 +65,7 @@ def persist(node: Node, group: int) -> None:
     replica = node.runtime.replicas[group]
     state = replica.state_to_save()
     assert state is not None
-    save_state(replica.directory, *state)
+    replica.write_state(state)
     replica.log.flush()
 
 

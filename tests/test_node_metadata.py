@@ -57,6 +57,21 @@ def test_set_leader_ignores_older_terms() -> None:
     assert state.topics["t"].partitions[0].leader == 2
 
 
+def test_set_leaders_records_many_partitions_and_ignores_older_terms_and_gone_topics() -> None:
+    state = MetadataState()
+    create(state, "t")
+    state.apply({"op": "set_leader", "topic_id": 1, "partition": 2, "leader": 2, "term": 5})
+    state.apply(
+        {
+            "op": "set_leaders",
+            "leader": 1,
+            "partitions": [[1, 0, 3], [1, 1, 1], [1, 2, 4], [9, 0, 1]],
+        }
+    )
+    leaders = [(p.leader, p.leader_term) for p in state.topics["t"].partitions]
+    assert leaders == [(1, 3), (1, 1), (2, 5)], "partition 2's newer record stands"
+
+
 def test_commands_round_trip_and_reject_garbage() -> None:
     command = {"op": "delete_topic", "name": "x"}
     assert decode_command(encode_command(command)) == command

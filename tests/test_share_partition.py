@@ -558,3 +558,47 @@ def test_an_extend_to_the_same_deadline_expires_once() -> None:
     sp.tick(1000)
     assert sp.take_dead_letters() == [DeadLetter(0, 1, "max deliveries")]
     assert sp.take_dead_letters() == []
+
+
+# --------------------------------------------------------------------------- runs (the wire's form)
+
+
+def test_acquire_runs_gives_ranges_with_count_and_deadline() -> None:
+    sp = make(end=10)
+    sp.defer(3, 4, until_ms=500)  # offset 3 waits: the fresh offsets around it form two runs
+    r = sp.acquire_runs("a", 6, 100)
+    assert r.value == [(0, 3, 1, 1100), (4, 7, 1, 1100)]
+    sp.release(Receipt("a", 1, 1), 200)  # comes back with count 2, ahead of fresh offsets
+    r = sp.acquire_runs("b", 3, 600)  # 3 is due by now: a delayed record never delivered
+    assert r.value == [(1, 2, 2, 1600), (3, 4, 1, 1600), (7, 8, 1, 1600)]
+    # Locks registered per run still expire offset by offset.
+    sp.ack(Receipt("a", 0, 1), 700)
+    sp.tick(1100)
+    assert offsets(sp.acquire("c", 10, 1100)) == [2, 4, 5, 6, 8, 9]
+
+
+def test_settle_runs_checks_each_offset_and_reports_failures_per_run() -> None:
+    sp = make(end=10)
+    sp.acquire("a", 4, 0)  # 0..3
+    sp.acquire("b", 2, 0)  # 4, 5
+    r = sp.settle_runs("a", [(0, 3, 1, "ack", 0), (2, 3, 1, "ack", 0)], 10)
+    failed = [[o for o, e in run] for run in r.value]
+    # 2 was settled by the first run; 4 is b's; 5 is b's too
+    assert failed == [[], [2, 4]]
+    assert all(isinstance(e, ReceiptExpiredError) for run in r.value for _o, e in run)
+    assert sp.start == 4  # 0..3 acked (3 by the second run)
+    wrong = sp.settle_runs("b", [(4, 2, 2, "ack", 0)], 10)  # not their delivery count
+    assert [o for o, _e in wrong.value[0]] == [4, 5]
+    assert sp.settle_runs("b", [(4, 2, 1, "ack", 0)], 10).value == [[]]
+    assert sp.start == 6
+
+
+def test_settle_runs_with_other_kinds_applies_items_in_order() -> None:
+    sp = make(end=10)
+    sp.acquire("a", 3, 0)  # 0, 1, 2
+    runs = [(0, 2, 1, "release", 0), (2, 1, 1, "extend", 5000), (2, 1, 1, "ack", 0)]
+    r = sp.settle_runs("a", runs, 10)
+    assert r.value == [[], [], []]
+    assert sp.start == 0  # 0 and 1 are available again, 2 acked
+    assert offsets(sp.acquire("b", 5, 20)) == [0, 1, 3, 4, 5]
+    assert [d.delivery_count for d in sp.acquire("c", 2, 20).value] == [1, 1]

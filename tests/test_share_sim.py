@@ -40,6 +40,9 @@ def test_share_sim_many_seeds() -> None:
         "refused",
         "redeliveries",
         "dead_letters",
+        "acquire_runs_calls",
+        "settle_runs_acks",
+        "settle_runs_mixed",
     ):
         assert totals[what] > 0, (what, totals)
     assert totals["ack"] > SEEDS * 100, totals

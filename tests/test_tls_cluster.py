@@ -21,6 +21,7 @@ import pytest
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.client.localcluster import LocalCluster, free_port_pairs
 from laminar.devcerts import Authority, write_node_cert
+from laminar.errors import AuthenticationError
 from laminar.tls import client_context
 from tests.cluster_fixture import run_sync
 
@@ -170,3 +171,18 @@ def test_cli_connects_with_tls_options(cluster: LocalCluster) -> None:
         timeout=60,
     )
     assert refused.returncode == 1 and "client certificate" in refused.stderr
+
+
+async def test_users_on_a_tls_cluster(cluster: LocalCluster) -> None:
+    """SCRAM over TLS (SASL_SSL's native twin): a client certificate alone is not enough once
+    the cluster has users. Last in this module: from here on the cluster requires them."""
+    async with Admin(cluster.bootstrap, ssl=cluster.client_ssl) as admin:
+        await admin.create_user("tls-root", "tls-secret", superuser=True)
+    cluster.login = ("tls-root", "tls-secret")
+    with pytest.raises(AuthenticationError, match="authentication required"):
+        async with Admin(cluster.bootstrap, ssl=cluster.client_ssl) as admin:
+            await admin.list_topics()
+    async with Admin(
+        cluster.bootstrap, ssl=cluster.client_ssl, username="tls-root", password="tls-secret"
+    ) as admin:
+        assert TOPIC in await admin.list_topics()

@@ -40,10 +40,12 @@ from laminar.client.types import (
     RecordMetadata,
     TopicPartition,
 )
+from laminar.client.user_admin import Acl, UserDescription
 
 __all__ = [
     "DEFAULT_BOOTSTRAP",
     "DELIVER_AT_HEADER",
+    "Acl",
     "Admin",
     "Cluster",
     "ClusterStatus",
@@ -75,4 +77,5 @@ __all__ = [
     "ShareMessage",
     "TopicDescription",
     "TopicPartition",
+    "UserDescription",
 ]

@@ -9,6 +9,7 @@ from typing import Any
 
 from laminar.client import share_wire
 from laminar.client.cluster import Cluster
+from laminar.client.connection import credentials_of
 from laminar.client.descriptions import (
     ClusterStatus,
     TopicDescription,
@@ -28,6 +29,7 @@ from laminar.client.queue_admin import config_from_reader, describe_queue
 from laminar.client.queue_types import QueueConfig, QueueDescription
 from laminar.client.retry import retrying
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition
+from laminar.client.user_admin import UserAdmin
 from laminar.errors import (
     GroupNotEmptyError,
     InvalidRequestError,
@@ -53,7 +55,7 @@ def _transient(error: BaseException) -> bool:
     return isinstance(error, ConnectionError | OSError | RequestTimeoutError | NotLeaderError)
 
 
-class Admin:
+class Admin(UserAdmin):
     """Topic management and cluster status; any node answers (writes are forwarded)."""
 
     def __init__(
@@ -62,16 +64,22 @@ class Admin:
         *,
         request_timeout_ms: int = 30_000,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.request_timeout = request_timeout_ms / 1000
         self._cluster: Cluster | None = None
 
     async def start(self) -> None:
         if self._cluster is None:
             self._cluster = await Cluster.connect(
-                self.bootstrap, request_timeout=self.request_timeout, ssl=self.ssl
+                self.bootstrap,
+                request_timeout=self.request_timeout,
+                ssl=self.ssl,
+                credentials=self.credentials,
             )
 
     async def close(self) -> None:

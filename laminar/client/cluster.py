@@ -13,11 +13,17 @@ from collections.abc import Sequence
 from ssl import SSLContext
 from typing import Any
 
-from laminar.client.connection import Connection
+from laminar.client.connection import Connection, Credentials
 from laminar.client.descriptions import ClusterMetadata, TopicDescription, metadata_from_reader
 from laminar.client.log import get_logger
 from laminar.client.types import DEFAULT_BOOTSTRAP, TopicPartition, parse_bootstrap
-from laminar.errors import LaminarError, UnknownPartitionError, UnknownTopicError
+from laminar.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    LaminarError,
+    UnknownPartitionError,
+    UnknownTopicError,
+)
 
 log = get_logger(__name__)
 
@@ -32,8 +38,11 @@ class Cluster:
         request_timeout: float = 30.0,
         connect_timeout: float = 5.0,
         ssl: SSLContext | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.credentials = credentials
+        """Every connection authenticates with these (None: the cluster is open)."""
         self.request_timeout = request_timeout
         self.connect_timeout = connect_timeout
         self.ssl = ssl
@@ -70,7 +79,12 @@ class Cluster:
         pending = self._connecting.get(address)
         if pending is None:
             pending = asyncio.ensure_future(
-                Connection.open(address, timeout=self.connect_timeout, ssl=self.ssl)
+                Connection.open(
+                    address,
+                    timeout=self.connect_timeout,
+                    ssl=self.ssl,
+                    credentials=self.credentials,
+                )
             )
             self._connecting[address] = pending
             try:
@@ -148,6 +162,8 @@ class Cluster:
                     lambda body: body.init("metadata"), timeout=self.request_timeout
                 )
             except (ConnectionError, LaminarError) as exc:
+                if isinstance(exc, AuthenticationError | AuthorizationError):
+                    raise  # another node would refuse the same credentials
                 last_error = exc
                 if isinstance(exc, ConnectionError):
                     self.drop_connection(address)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any
 
+from laminar.auth.scram import MECHANISM, ScramClient
 from laminar.client.log import get_logger
 from laminar.errors import (
     DiskFullError,
@@ -60,6 +62,23 @@ RETRIABLE = (
 """Errors a metadata refresh and another attempt can cure (metadata may lag a topic change)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """A user name and password for SCRAM-SHA-256 (``repr`` hides the password)."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+def credentials_of(username: str | None, password: str | None) -> Credentials | None:
+    """The clients' ``username=``/``password=`` options as Credentials (None: neither)."""
+    if not username and not password:
+        return None
+    if not username or not password:
+        raise ValueError("username and password go together")
+    return Credentials(username, password)
+
+
 class Connection:
     """A pipelined request/response channel to one node's client listener."""
 
@@ -74,10 +93,17 @@ class Connection:
 
     @classmethod
     async def open(
-        cls, address: str, *, timeout: float = 5.0, ssl: SSLContext | None = None
+        cls,
+        address: str,
+        *,
+        timeout: float = 5.0,
+        ssl: SSLContext | None = None,
+        credentials: Credentials | None = None,
     ) -> Connection:
         """Connect to ``address`` (host:port), over TLS with ``ssl`` (the host name is checked
-        against the node's certificate); ConnectionError with the address on failure."""
+        against the node's certificate), and authenticate with ``credentials`` (SCRAM-SHA-256)
+        if given; ConnectionError with the address on failure, AuthenticationError if the
+        node refuses the credentials."""
         connection = cls(address)
         connection._tls = ssl is not None
         host, port = split_address(address)
@@ -99,7 +125,31 @@ class Connection:
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {address}: {_reason(exc)}") from None
         connection._protocol = protocol
+        if credentials is not None:
+            try:
+                await connection.authenticate(credentials, timeout)
+            except BaseException:
+                connection.close()
+                raise
         return connection
+
+    async def authenticate(self, credentials: Credentials, timeout: float = 5.0) -> None:
+        """The SCRAM-SHA-256 exchange; AuthenticationError if the node refuses it (or cannot
+        prove it knows the user's credential)."""
+        scram = ScramClient(credentials.username, credentials.password)
+
+        def step(token: bytes) -> BodyFiller:
+            def fill(body: Any) -> None:
+                request = body.init("saslAuthenticate")
+                request.mechanism = MECHANISM
+                request.token = token
+
+            return fill
+
+        first, _ = await self.request(step(scram.first()), timeout=timeout)
+        final = scram.final(bytes(first.body.sasl.token))
+        last, _ = await self.request(step(final), timeout=timeout)
+        scram.verify(bytes(last.body.sasl.token))
 
     @property
     def closed(self) -> bool:

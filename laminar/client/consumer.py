@@ -22,7 +22,7 @@ from ssl import SSLContext
 from typing import Any
 
 from laminar.client.cluster import Cluster
-from laminar.client.connection import Connection, is_retriable
+from laminar.client.connection import Connection, credentials_of, is_retriable
 from laminar.client.decoding import decode_consumer_records
 from laminar.client.group_member import Callback, CallbackListener, GroupMember, RebalanceListener
 from laminar.client.lineage import Lineage
@@ -72,6 +72,8 @@ class Consumer:
         on_partitions_assigned: Callback | None = None,
         on_partitions_lost: Callback | None = None,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         if auto_offset_reset not in RESETS:
             raise ValueError(
@@ -79,6 +81,7 @@ class Consumer:
             )
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.max_wait_ms = max_wait_ms
         self.fetch_max_bytes = fetch_max_bytes
         self.partition_max_bytes = partition_max_bytes
@@ -130,6 +133,7 @@ class Consumer:
                 self.bootstrap,
                 request_timeout=self.request_timeout + self.max_wait_ms / 1000,
                 ssl=self.ssl,
+                credentials=self.credentials,
             )
 
     async def close(self) -> None:

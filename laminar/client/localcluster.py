@@ -180,6 +180,8 @@ class LocalCluster:
         self.tls_dir = self.root / "tls" if tls else None
         self.tls_client_auth = tls_client_auth
         self.client_ssl: ssl.SSLContext | None = None
+        self.login: tuple[str, str] | None = None
+        """(user, password) ``wait_ready`` connects with once the cluster has users."""
         if self.tls_dir is not None:
             self.client_ssl = self._make_certificates(self.tls_dir)
 
@@ -382,7 +384,7 @@ class LocalCluster:
                 )
             try:
                 async with Admin(
-                    self.bootstrap, request_timeout_ms=2_000, ssl=self.client_ssl
+                    self.bootstrap, request_timeout_ms=2_000, ssl=self.client_ssl, **self._login()
                 ) as admin:
                     status = await admin.cluster_status()
                 alive = sum(1 for m in status.members if m.state == "alive")
@@ -390,7 +392,7 @@ class LocalCluster:
                 silent = [
                     n.node_id
                     for n in self.nodes.values()
-                    if n.running and not (await self._answers(n.client_address, self.client_ssl))
+                    if n.running and not (await self._answers(n.client_address))
                 ]
                 if status.metadata_leader and alive >= expected and not silent:
                     return status
@@ -403,11 +405,16 @@ class LocalCluster:
             await asyncio.sleep(0.2)
         raise TimeoutError(f"cluster not ready after {timeout:.0f} s: {last_problem}")
 
-    @staticmethod
-    async def _answers(address: str, context: ssl.SSLContext | None = None) -> bool:
+    def _login(self) -> dict[str, str | None]:
+        user, password = self.login or (None, None)
+        return {"username": user, "password": password}
+
+    async def _answers(self, address: str) -> bool:
         """Whether the node at ``address`` answers cluster status itself."""
         try:
-            async with Admin(address, request_timeout_ms=2_000, ssl=context) as admin:
+            async with Admin(
+                address, request_timeout_ms=2_000, ssl=self.client_ssl, **self._login()
+            ) as admin:
                 await admin.cluster_status()
         except (ConnectionError, LaminarError):
             return False

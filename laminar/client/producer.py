@@ -22,7 +22,7 @@ from typing import Any
 from laminar.client.accumulator import ProducerBatch, RecordAccumulator
 from laminar.client.bulk import BulkDelivery, plan
 from laminar.client.cluster import Cluster
-from laminar.client.connection import is_retriable
+from laminar.client.connection import credentials_of, is_retriable
 from laminar.client.delivery import RecordFuture
 from laminar.client.descriptions import TopicDescription
 from laminar.client.log import get_logger
@@ -123,6 +123,8 @@ class Producer:
         compression: str | None = None,
         compression_level: int | None = None,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
         max_in_flight_per_partition: int | None = None,
     ) -> None:
         """``max_in_flight_per_partition``: batches of one partition sent before the first
@@ -147,6 +149,7 @@ class Producer:
             raise UnsupportedCompressionError("compression_level needs a compression codec")
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.acks = ACKS_BY_NAME[acks]
         self.retries = retries
         self.retry_backoff = retry_backoff_ms / 1000
@@ -186,7 +189,10 @@ class Producer:
         if self._cluster is not None:
             return
         self._cluster = await Cluster.connect(
-            self.bootstrap, request_timeout=self.request_timeout + 5, ssl=self.ssl
+            self.bootstrap,
+            request_timeout=self.request_timeout + 5,
+            ssl=self.ssl,
+            credentials=self.credentials,
         )
         self._accumulator = RecordAccumulator(
             batch_bytes=self._batch_bytes,

@@ -15,22 +15,22 @@ import contextlib
 import time
 import uuid
 from collections import defaultdict, deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from ssl import SSLContext
 from typing import Any
 
 from laminar.client.cluster import Cluster
-from laminar.client.connection import is_retriable
-from laminar.client.decoding import InflatedBatches, decode_consumer_records
+from laminar.client.connection import credentials_of, is_retriable
+from laminar.client.decoding import InflatedBatches
 from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import RELEASE, ShareMessage
 from laminar.client.share_settle import Settlement, Settler
 from laminar.client.share_wire import share_fetch
-from laminar.client.types import DEFAULT_BOOTSTRAP, ConsumerRecord, TopicPartition
+from laminar.client.types import DEFAULT_BOOTSTRAP, Header, TopicPartition
 from laminar.errors import LaminarError, NotLeaderError
 from laminar.protocol import read_error
-from laminar.segment.batch import is_control, iter_batches, verify_batch
+from laminar.segment.batch import decode_into, is_control, iter_batches, verify_batch
 
 log = get_logger(__name__)
 
@@ -73,6 +73,8 @@ class ShareConsumer:
         prefetch: bool = True,
         member_id: str | None = None,
         ssl: SSLContext | None = None,
+        username: str | None = None,
+        password: str | None = None,
     ) -> None:
         if not group:
             raise ValueError("a share consumer needs a group")
@@ -83,6 +85,7 @@ class ShareConsumer:
             raise ValueError("lock_ms and max_records must be positive")
         self.bootstrap = bootstrap
         self.ssl = ssl
+        self.credentials = credentials_of(username, password)
         self.group = group
         self.topics = names
         self.lock_ms = lock_ms
@@ -118,6 +121,7 @@ class ShareConsumer:
             self.bootstrap,
             request_timeout=self.request_timeout + self.max_wait_ms / 1000,
             ssl=self.ssl,
+            credentials=self.credentials,
         )
         self._settler = Settler(
             self._cluster,
@@ -360,26 +364,48 @@ class ShareConsumer:
         lock_ms = self.lock_ms or result.lockMs
         ceiling = sent_ms + lock_ms if lock_ms else 1 << 62
         acquired: dict[int, tuple[int, int]] = {}
+        first, last = 1 << 63, -1
         for run in listed:
             got = (run.deliveryCount, min(run.lockUntilMs, ceiling))
-            first = run.offset
-            acquired.update(dict.fromkeys(range(first, first + run.count), got))
-        data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
-        try:
-            records = self._decode(tp, data, min(acquired), max(acquired))
-        except LaminarError as exc:  # damaged: let another delivery (maybe ours) try again
-            log.warning("share fetch data corrupt", topic=tp.topic, error=str(exc))
-            records = []
+            start, count = run.offset, run.count
+            acquired.update(dict.fromkeys(range(start, start + count), got))
+            first, last = min(first, start), max(last, start + count - 1)
         settler = self._settler
         assert settler is not None
+        topic, partition = tp.topic, tp.partition
+        take = acquired.pop
+
+        def make(
+            offset: int,
+            timestamp: int,
+            key: bytes | None,
+            value: bytes | None,
+            headers: tuple[Header, ...],
+        ) -> ShareMessage | None:
+            got = take(offset, None)
+            if got is None:  # a record of the batch acquired by someone else
+                return None
+            count, until = got
+            return ShareMessage(
+                settler, topic, partition, offset, timestamp, key, value, headers, count, until
+            )
+
+        data = payload[result.payloadOffset : result.payloadOffset + result.payloadLength]
+        messages: list[ShareMessage | None] = []
+        try:
+            self._decode(tp, data, first, last, make, messages)
+        except LaminarError as exc:  # damaged: let another delivery (maybe ours) try again
+            log.warning("share fetch data corrupt", topic=tp.topic, error=str(exc))
+            for message in messages:
+                if message is not None:
+                    acquired[message.offset] = (message.delivery_count, message.lock_until_ms)
+            messages = []
         held = settler.held
-        for record in records:
-            got = acquired.pop(record.offset, None)
-            if got is None:
-                continue
-            message = ShareMessage(settler, *record, *got)
-            held[(tp.topic, tp.partition, record.offset)] = message
-            self._buffer.append(message)
+        buffer = self._buffer
+        for message in messages:
+            if message is not None:
+                held[(topic, partition, message.offset)] = message
+                buffer.append(message)
         for offset, (count, until) in acquired.items():
             # Acquired but not in the reply (should not happen): give it back at once.
             settler.submit(
@@ -397,11 +423,17 @@ class ShareConsumer:
             self._held_mark = max(1024, len(held))
 
     def _decode(
-        self, tp: TopicPartition, data: memoryview, first: int, last: int
-    ) -> list[ConsumerRecord]:
-        """Records ``[first, last]`` of the whole batches in ``data``: the batches hold others
-        too (possibly thousands), which are stepped over, not parsed."""
-        records: list[ConsumerRecord] = []
+        self,
+        tp: TopicPartition,
+        data: memoryview,
+        first: int,
+        last: int,
+        make: Callable[[int, int, bytes | None, bytes | None, tuple[Header, ...]], Any],
+        out: list[Any],
+    ) -> None:
+        """``make(offset, timestamp, key, value, headers)`` of records ``[first, last]`` of the
+        whole batches in ``data`` into ``out``: the batches hold others too (possibly
+        thousands), which are stepped over, not parsed."""
         for position, header in iter_batches(data):
             if header.base_offset + header.last_offset_delta < first or is_control(header):
                 continue
@@ -411,7 +443,4 @@ class ShareConsumer:
             if self.check_crcs:
                 verify_batch(batch)
             batch, header = self._inflated.get(tp, batch, header)
-            decode_consumer_records(
-                batch, header, tp.topic, tp.partition, first, records, until_offset=last + 1
-            )
-        return records
+            decode_into(batch, header, make, out, first, last + 1)

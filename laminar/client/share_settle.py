@@ -27,7 +27,7 @@ from laminar.client.connection import is_retriable
 from laminar.client.log import get_logger
 from laminar.client.offsets import target_node
 from laminar.client.share_message import ACK, EXTEND, ShareMessage
-from laminar.client.share_wire import WireAck, ack_errors, share_fetch
+from laminar.client.share_wire import AckRun, ack_errors, share_fetch
 from laminar.client.types import TopicPartition
 from laminar.errors import LaminarError, NotLeaderError
 
@@ -46,21 +46,13 @@ class Settlement:
     ms: int
     future: asyncio.Future[None]
     deadline: float  # loop time after which a retriable failure becomes the result
+    key: OffsetKey
     not_before: float = 0.0
     sent_ms: int = field(default=0)
 
     @property
-    def key(self) -> OffsetKey:
-        m = self.message
-        return (m.topic, m.partition, m.offset)
-
-    @property
     def tp(self) -> TopicPartition:
         return TopicPartition(self.message.topic, self.message.partition)
-
-    def wire(self) -> WireAck:
-        m = self.message
-        return WireAck(m.topic, m.partition, m.offset, m.delivery_count, self.action, self.ms)
 
 
 def _fail(future: asyncio.Future[None], error: BaseException) -> None:
@@ -98,6 +90,9 @@ class Settler:
         """Messages delivered to this member and not yet acked, released or rejected."""
         self._queue: list[Settlement] = []
         self._in_flight: set[OffsetKey] = set()
+        """Offsets with an extend in flight: nothing else for them goes out until it is
+        answered (an ack, release or reject settles the message, so nothing follows it)."""
+        self._extends = 0  # extends queued
         self._requests: dict[int, asyncio.Task[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Future[None]] = set()
@@ -114,9 +109,14 @@ class Settler:
         # Leaves ``_pending`` where its result is set (``finish``, ``_failed_one``, ``close``):
         # a done callback per ack would cost an event-loop turn each.
         self._pending.add(future)
-        if action != EXTEND:
-            self.held.pop((message.topic, message.partition, message.offset), None)
-        self._queue.append(Settlement(message, action, ms, future, loop.time() + self.retry_for))
+        key = (message.topic, message.partition, message.offset)
+        if action == EXTEND:
+            self._extends += 1
+        else:
+            self.held.pop(key, None)
+        self._queue.append(
+            Settlement(message, action, ms, future, loop.time() + self.retry_for, key)
+        )
         if self._timer is None:
             self._timer = loop.call_later(self.linger, self._flush)
         return future
@@ -129,25 +129,32 @@ class Settler:
         now = self._loop.time()
         taken: list[Settlement] = []
         kept: list[Settlement] = []
-        keys: set[OffsetKey] = set()
         in_flight = self._in_flight
+        # Only extends order anything: with none queued or in flight, no key is looked at.
+        careful = bool(self._extends or in_flight)
+        keys: set[OffsetKey] = set()  # extends taken now
         here: dict[tuple[str, int], bool] = {}  # partition -> led by node_id (asked once)
+        last_topic, last_partition, last_led = None, -1, False
         for item in self._queue:
             m = item.message
-            key = (m.topic, m.partition, m.offset)
-            if (
-                len(taken) < MAX_PER_REQUEST
-                and item.not_before <= now
-                and key not in in_flight
-                and key not in keys
-                and self._led_by(here, m.topic, m.partition, node_id)
-            ):
-                taken.append(item)
-                keys.add(key)
-            else:
+            if m.partition != last_partition or m.topic != last_topic:
+                last_topic, last_partition = m.topic, m.partition
+                last_led = self._led_by(here, m.topic, m.partition, node_id)
+            if not last_led or item.not_before > now or len(taken) >= MAX_PER_REQUEST:
                 kept.append(item)
+                continue
+            if careful:
+                key = item.key
+                if key in in_flight or key in keys:
+                    kept.append(item)
+                    continue
+                if item.action == EXTEND:
+                    keys.add(key)
+                    self._extends -= 1
+            taken.append(item)
         self._queue = kept
-        in_flight |= keys
+        if keys:
+            in_flight |= keys
         return taken
 
     def _led_by(
@@ -225,43 +232,81 @@ class Settler:
                 self._schedule(0.0)
         self.finish(items, reply.body.shareFetch, sent)
 
-    def wire(self, items: Sequence[Settlement]) -> list[WireAck]:
-        """The items as ShareAcks, stamped with the time they are sent."""
+    def wire(self, items: Sequence[Settlement]) -> list[AckRun]:
+        """The items as runs on the wire (neighbours in the list that settle consecutive
+        offsets of one partition alike share one; the order is kept), stamped with the time
+        they are sent."""
         now_ms = time_ns() // 1_000_000
+        runs: list[AckRun] = []
+        first: Settlement | None = None
+        count = 0
         for item in items:
             item.sent_ms = now_ms
-        return [item.wire() for item in items]
+            if first is not None:
+                a, b = first.message, item.message
+                if (
+                    b.offset == a.offset + count
+                    and b.partition == a.partition
+                    and b.delivery_count == a.delivery_count
+                    and item.action == first.action
+                    and item.ms == first.ms
+                    and b.topic == a.topic
+                ):
+                    count += 1
+                    continue
+                runs.append(_run(first, count))
+            first, count = item, 1
+        if first is not None:
+            runs.append(_run(first, count))
+        return runs
 
     # results ------------------------------------------------------------------------------
-    def finish(self, items: Sequence[Settlement], body: Any, sent: Sequence[WireAck]) -> None:
-        """Resolve ``items`` (sent as ``sent``) with the node's per-item results from the
+    def finish(self, items: Sequence[Settlement], body: Any, sent: Sequence[AckRun]) -> None:
+        """Resolve ``items`` (sent as the runs ``sent``) with the node's results from the
         ShareFetchResponse ``body``."""
-        try:
-            errors = ack_errors(body, sent) if items else []
-        except LaminarError as exc:
-            self.failed(items, exc)
-            return
-        if len(errors) != len(items):
-            self.failed(items, LaminarError("share fetch reply has the wrong number of results"))
-            return
-        for item, error in zip(items, errors, strict=True):
-            self._in_flight.discard(item.key)
-            if error is None:
-                if item.action == EXTEND:
-                    message = item.message
-                    message.lock_until_ms = max(message.lock_until_ms, item.sent_ms + item.ms)
-                self._pending.discard(item.future)
-                if not item.future.done():
-                    item.future.set_result(None)
-            else:
-                self._failed_one(item, error)
+        if items:
+            try:
+                outcomes = ack_errors(body, sent)
+            except LaminarError as exc:
+                self.failed(items, exc)
+                return
+            if sum(run.count for run in sent) != len(items):
+                self.failed(items, LaminarError("share fetch reply does not match the request"))
+                return
+            pending, in_flight = self._pending, self._in_flight
+            position = 0
+            for run, errors in zip(sent, outcomes, strict=True):
+                chunk = items[position : position + run.count]
+                position += run.count
+                if errors is None and run.action != EXTEND:  # the common case: all settled
+                    for item in chunk:
+                        future = item.future
+                        pending.discard(future)
+                        if not future.done():
+                            future.set_result(None)
+                    continue
+                for item, error in zip(chunk, errors or [None] * run.count, strict=True):
+                    if item.action == EXTEND:
+                        in_flight.discard(item.key)
+                    if error is None:
+                        if item.action == EXTEND:
+                            message = item.message
+                            message.lock_until_ms = max(
+                                message.lock_until_ms, item.sent_ms + item.ms
+                            )
+                        pending.discard(item.future)
+                        if not item.future.done():
+                            item.future.set_result(None)
+                    else:
+                        self._failed_one(item, error)
         if self._queue and self._timer is None:
             self._schedule(0.0)
 
     def failed(self, items: Sequence[Settlement], error: BaseException) -> None:
         """The request carrying ``items`` failed as a whole."""
         for item in items:
-            self._in_flight.discard(item.key)
+            if item.action == EXTEND:
+                self._in_flight.discard(item.key)
             self._failed_one(item, error)
         if self._queue and self._timer is None:
             self._schedule(RETRY_BACKOFF)
@@ -273,6 +318,8 @@ class Settler:
         if is_retriable(error) and self._loop.time() < item.deadline:
             self._retry_later(item, error)
             self._queue.append(item)
+            if item.action == EXTEND:
+                self._extends += 1
             return
         if item.action != ACK:
             log.debug("settlement failed", offset=item.key, error=str(error))
@@ -307,7 +354,13 @@ class Settler:
         for task in self._requests.values():
             task.cancel()
         self._queue.clear()
+        self._extends = 0
         pending, self._pending = self._pending, set()
         for future in pending:
             if not future.done():
                 _fail(future, ConnectionError("share consumer closed"))
+
+
+def _run(first: Settlement, count: int) -> AckRun:
+    m = first.message
+    return AckRun(m.topic, m.partition, m.offset, count, m.delivery_count, first.action, first.ms)

@@ -14,12 +14,14 @@ from laminar.errors import LaminarError
 from laminar.protocol import read_error
 
 
-class WireAck(NamedTuple):
-    """One settlement as it goes on the wire (the receipt is this member's delivery)."""
+class AckRun(NamedTuple):
+    """``count`` settlements of consecutive offsets of one partition from ``offset``, with one
+    receipt delivery count, action and ms, as they go on the wire (a ShareAckRun)."""
 
     topic: str
     partition: int
     offset: int
+    count: int
     delivery_count: int
     action: int  # 0 ack, 1 release, 2 reject, 3 extend
     ms: int
@@ -34,7 +36,7 @@ async def share_fetch(
     max_records: int,
     lock_ms: int,
     max_wait_ms: int,
-    acks: Sequence[WireAck],
+    acks: Sequence[AckRun],
     from_earliest: bool,
     timeout: float,
 ) -> Reply:
@@ -54,64 +56,37 @@ async def share_fetch(
         request.fromEarliest = from_earliest
         request.acquiredRuns = True
         if acks:
-            runs = ack_runs(acks)
-            slots = request.init("ackRuns", len(runs))
-            for slot, (ack, count) in zip(slots, runs, strict=True):
-                slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
-                slot.count, slot.deliveryCount = count, ack.delivery_count
-                slot.action, slot.ms = ack.action, ack.ms
+            slots = request.init("ackRuns", len(acks))
+            for slot, run in zip(slots, acks, strict=True):
+                slot.topic, slot.partition, slot.offset = run.topic, run.partition, run.offset
+                slot.count, slot.deliveryCount = run.count, run.delivery_count
+                slot.action, slot.ms = run.action, run.ms
 
     return await connection.request(fill, timeout=timeout)
 
 
-def ack_runs(acks: Sequence[WireAck]) -> list[tuple[WireAck, int]]:
-    """``acks`` as runs (first ack, count): neighbours in the list that settle consecutive
-    offsets of one partition alike become one run (the request order is kept)."""
-    runs: list[tuple[WireAck, int]] = []
-    first: WireAck | None = None
-    count = 0
-    for ack in acks:
-        if (
-            first is not None
-            and ack.offset == first.offset + count
-            and ack.partition == first.partition
-            and ack.delivery_count == first.delivery_count
-            and ack.action == first.action
-            and ack.ms == first.ms
-            and ack.topic == first.topic
-        ):
-            count += 1
-            continue
-        if first is not None:
-            runs.append((first, count))
-        first, count = ack, 1
-    if first is not None:
-        runs.append((first, count))
-    return runs
-
-
-def ack_errors(body: Any, acks: Sequence[WireAck]) -> list[LaminarError | None]:
-    """The result of each of ``acks`` (as sent by ``share_fetch``) from a ShareFetchResponse."""
-    runs = ack_runs(acks)
+def ack_errors(body: Any, runs: Sequence[AckRun]) -> list[list[LaminarError | None] | None]:
+    """Per run of ``runs`` (as sent by ``share_fetch``), from a ShareFetchResponse: None when
+    all of it was settled, else the result of each of its settlements."""
     results = body.ackRunResults
     if len(results) != len(runs):
         raise LaminarError("share fetch reply has the wrong number of results")
-    out: list[LaminarError | None] = []
-    for (first, count), result in zip(runs, results, strict=True):
+    out: list[list[LaminarError | None] | None] = []
+    for run, result in zip(runs, results, strict=True):
         error = read_error(result.error)
         if error is not None:
-            out += [error] * count
+            out.append([error] * run.count)
             continue
         failed = result.failed
         if not len(failed):
-            out += [None] * count
+            out.append(None)
             continue
-        mine: list[LaminarError | None] = [None] * count
+        mine: list[LaminarError | None] = [None] * run.count
         for f in failed:
-            i = f.offset - first.offset
-            if 0 <= i < count:
+            i = f.offset - run.offset
+            if 0 <= i < run.count:
                 mine[i] = read_error(f.error)
-        out += mine
+        out.append(mine)
     return out
 
 

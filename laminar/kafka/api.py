@@ -7,9 +7,10 @@ registry (``apis/__init__.py``) lists the modules. Adding an API = one module + 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from laminar.auth.session import Session
 from laminar.kafka.codec import VERSION_MAX, Struct
 
 if TYPE_CHECKING:
@@ -53,3 +54,16 @@ class RequestContext:
     client_id: str | None
     broker: Broker
     peer: str = ""
+    session: Session = field(default_factory=Session)
+    """The connection's authentication state (SASL)."""
+
+    def authorize(self, operation: str, topic: str) -> None:
+        """Raise AuthorizationError (TOPIC_AUTHORIZATION_FAILED) unless the connection's
+        user may ``operation`` (produce, consume, admin) on ``topic``."""
+        self.broker.authorizer.check(self.session.principal, operation, topic)
+
+    def authorize_describe(self, topic: str) -> None:
+        self.broker.authorizer.check_describe(self.session.principal, topic)
+
+    def authorize_superuser(self, what: str) -> None:
+        self.broker.authorizer.check_superuser(self.session.principal, what)

@@ -18,6 +18,8 @@ from laminar.topic_names import is_internal
 from laminar.transport import split_address
 
 if TYPE_CHECKING:
+    from laminar.auth.acl import Authorizer
+    from laminar.auth.admin import AuthAdmin
     from laminar.groups.service import GroupService
     from laminar.node.node import Node
 
@@ -59,6 +61,14 @@ class NodeBroker:
     def controller_id(self) -> int:
         """Kafka's controller: the metadata leader (-1 while none is known)."""
         return self._node.metadata_leader or -1
+
+    @property
+    def authorizer(self) -> Authorizer:
+        return self._node.authorizer
+
+    @property
+    def auth_admin(self) -> AuthAdmin:
+        return self._node.auth_admin
 
     @property
     def groups(self) -> GroupService:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from laminar.errors import (
+    AuthenticationError,
+    AuthorizationError,
     BatchTooLargeError,
     CorruptBatchError,
     CorruptLogError,
@@ -39,6 +41,10 @@ INVALID_TOPIC_EXCEPTION = 17
 NOT_ENOUGH_REPLICAS = 19
 INVALID_REQUIRED_ACKS = 21
 TOPIC_AUTHORIZATION_FAILED = 29
+GROUP_AUTHORIZATION_FAILED = 30
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
 UNSUPPORTED_VERSION = 35
 TOPIC_ALREADY_EXISTS = 36
 INVALID_PARTITIONS = 37
@@ -53,10 +59,16 @@ INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_PRODUCER_ID = 59
 KAFKA_STORAGE_ERROR = 56
+SASL_AUTHENTICATION_FAILED = 58
 FETCH_SESSION_ID_NOT_FOUND = 70
 UNSUPPORTED_COMPRESSION_TYPE = 76
+RESOURCE_NOT_FOUND = 91
+DUPLICATE_RESOURCE = 92
+UNACCEPTABLE_CREDENTIAL = 93
 
 _BY_CLASS: list[tuple[type[LaminarError], int]] = [
+    (AuthorizationError, TOPIC_AUTHORIZATION_FAILED),
+    (AuthenticationError, SASL_AUTHENTICATION_FAILED),
     (NotLeaderError, NOT_LEADER_OR_FOLLOWER),
     # A Kafka client cannot follow lineage: it refreshes its metadata and retries, and its
     # partitioner (a hash over the partition count) keeps the batch on the sealed partition,

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from laminar.auth.session import Session
 from laminar.errors import LaminarError
 from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
@@ -32,6 +33,9 @@ MAX_REQUEST_BYTES = 100 * 1024 * 1024
 MAX_PENDING = 64
 """Requests in flight per connection before the listener stops reading from it."""
 _SIZE = struct.Struct(">i")
+BEFORE_AUTHENTICATION = frozenset({18, 17, 36})
+"""ApiVersions, SaslHandshake, SaslAuthenticate: what a client may send before it has
+authenticated, once the cluster has users (anything else closes the connection, as in Kafka)."""
 
 
 def flexible_of(key: int, version: int) -> bool | None:
@@ -64,6 +68,7 @@ class KafkaConnection(asyncio.Protocol):
         self.peer = ""
         self.closed = False
         self.paused = False
+        self.session = Session()
 
     # asyncio.Protocol --------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -119,6 +124,17 @@ class KafkaConnection(asyncio.Protocol):
             slot.set_result(unsupported_response(header.correlation_id, header.api_key))
             self._flush()
             return
+        if (
+            self.session.principal is None
+            and api.key not in BEFORE_AUTHENTICATION
+            and self.server.broker.authorizer.required
+        ):
+            log.warning(
+                "kafka request before SASL authentication; closing", api=api.name, peer=self.peer
+            )
+            slot.set_result(None)
+            self.close()
+            return
         try:
             body = decode(
                 api.request,
@@ -135,6 +151,7 @@ class KafkaConnection(asyncio.Protocol):
             header.client_id,
             self.server.broker,
             self.peer,
+            self.session,
         )
         task = loop.create_task(self._serve(api, context, body, slot))
         self.server.tasks.add(task)
@@ -178,6 +195,8 @@ class KafkaConnection(asyncio.Protocol):
         if not slot.done():
             slot.set_result(out)
         self._flush()
+        if context.session.closing:  # a failed SASL exchange: its reply is written first
+            self.close()
 
     def _flush(self) -> None:
         """Write every completed response at the head of the queue, in request order."""

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from laminar.auth.native import NativeAuth
+from laminar.auth.session import Session
 from laminar.errors import (
     InvalidRequestError,
     LaminarError,
@@ -66,6 +68,7 @@ class ClientServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
+        self.auth = NativeAuth(node.authorizer, node.auth_admin)
         self._handlers = {
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
@@ -100,13 +103,16 @@ class ClientServer:
 
     def _protocol(self) -> FramedProtocol:
         protocol: FramedProtocol
+        session = Session()
 
         def on_frame(kind: int, message: bytes, payload: memoryview) -> None:
             if kind != KIND_REQUEST:
                 raise ProtocolError(f"unexpected frame kind {kind} from a client")
             request = decode(client_schema.Request, message)
             which, body = request_body(request)
-            task = asyncio.create_task(self._serve(protocol, request, which, body, payload))
+            task = asyncio.create_task(
+                self._serve(protocol, session, request, which, body, payload)
+            )
             self._tasks.add(task)
             protocol.request_started()
             task.add_done_callback(lambda done: self._request_done(protocol, done))
@@ -125,7 +131,13 @@ class ClientServer:
         connection.request_done()
 
     async def _serve(
-        self, connection: FramedProtocol, request: Any, which: str, body: Any, payload: memoryview
+        self,
+        connection: FramedProtocol,
+        session: Session,
+        request: Any,
+        which: str,
+        body: Any,
+        payload: memoryview,
     ) -> None:
         started = time.perf_counter()
         response = client_schema.Response.new_message()
@@ -139,11 +151,12 @@ class ClientServer:
             if which == "produce":
                 acks = body.acks
             no_reply_wanted = acks == ACKS_NONE
-            handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
             # Serve only while the replies are read: a client that stops reading gets no more
             # work done for it (and no more replies buffered) until it does.
             await connection.drain()
-            out_payload = await handler(body, response, payload) or []
+            if not await self.auth.handle(session, which, body, response):  # may refuse
+                handler = self._handlers.get(which) or getattr(self, f"_on_{which}")
+                out_payload = await handler(body, response, payload) or []
         except LaminarError as exc:
             fill_error(response.error, exc)
         except asyncio.CancelledError:

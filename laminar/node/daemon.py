@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import logging
@@ -87,8 +88,24 @@ def tune_gc() -> None:
     gc.set_threshold(20_000, 20, 20)
 
 
+def raise_open_files_limit() -> None:
+    """Every hosted replica keeps about four files open (its directory lock, the active
+    segment's data, offset index and time index): thousands of partitions need more than the
+    usual soft limit of 1,024. Raise it to the hard limit, as far as the process may."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard  # (fs.nr_open's default)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def run(config: NodeConfig) -> None:
     tune_gc()
     keep_freed_memory()
+    raise_open_files_limit()
     configure_logging(config.log_format, config.log_level)
     uvloop.run(serve(config))

@@ -12,6 +12,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from laminar.auth.state import AUTH_OPS, AuthState
 from laminar.errors import (
     ERRORS_BY_CODE,
     InvalidConfigError,
@@ -157,6 +158,8 @@ class MetadataState:
     queue_configs: dict[str, dict[str, queue_config.Value]] = field(default_factory=dict)
     """Share group -> the settings stored for it (the rest are defaults; laminar.queues.config).
     A changed group gets a new dict, so a reader may compare by identity."""
+    auth: AuthState = field(default_factory=AuthState)
+    """Users, ACLs and the nodes' internal secret (laminar/auth/state.py)."""
     outcomes: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     """Outcome of the last REMEMBERED_REQUESTS commands by request id, as JSON values
     (``remembered``; an error as ``{"error": code, "message": text}``), so a checkpoint
@@ -214,14 +217,14 @@ class MetadataState:
                 del self.recovering[key]
             return topic
         if op == "set_leader":
-            topic = self.topic_by_id(command["topic_id"])
-            if topic is None or command["partition"] >= len(topic.partitions):
-                return None  # the topic was deleted meanwhile
-            assignment = topic.partitions[command["partition"]]
-            if command["term"] >= assignment.leader_term:
-                assignment.leader = command["leader"]
-                assignment.leader_term = command["term"]
-            return assignment
+            return self._set_leader(
+                command["topic_id"], command["partition"], command["leader"], command["term"]
+            )
+        if op == "set_leaders":  # many partitions of one leader (leader_reports.py)
+            by_id = {topic.topic_id: topic for topic in self.topics.values()}
+            for topic_id, partition, term in command["partitions"]:
+                self._set_leader(topic_id, partition, command["leader"], term, by_id.get(topic_id))
+            return None
         if op in ("start_move", "finish_move", "abort_move"):
             return self._move(op, command, index)
         if op == "move_target_ready":
@@ -261,7 +264,21 @@ class MetadataState:
             if topic is None:
                 return None  # deleted meanwhile
             return split_ops.retire(topic, command)
+        if op in AUTH_OPS:
+            return self.auth.apply(command)
         raise InvalidRequestError(f"unknown metadata command {op!r}")
+
+    def _set_leader(
+        self, topic_id: int, partition: int, leader: int, term: int, topic: Topic | None = None
+    ) -> PartitionAssignment | None:
+        topic = topic or self.topic_by_id(topic_id)
+        if topic is None or partition >= len(topic.partitions):
+            return None  # the topic was deleted meanwhile
+        assignment = topic.partitions[partition]
+        if term >= assignment.leader_term:
+            assignment.leader = leader
+            assignment.leader_term = term
+        return assignment
 
     def _alter_queue_config(self, command: dict[str, Any]) -> dict[str, queue_config.Value]:
         """Set and reset some of a share group's settings; a bad entry changes nothing."""

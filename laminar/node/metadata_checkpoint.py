@@ -24,6 +24,7 @@ import struct
 from collections import OrderedDict
 from typing import Any
 
+from laminar.auth.state import AuthState
 from laminar.errors import InvalidRequestError
 from laminar.node.metadata import (
     MetadataState,
@@ -60,6 +61,7 @@ def snapshot(state: MetadataState) -> dict[str, Any]:
         ],
         "queue_configs": [[group, values] for group, values in state.queue_configs.items()],
         "outcomes": [[request_id, outcome] for request_id, outcome in state.outcomes.items()],
+        "auth": state.auth.to_json(),
     }
 
 
@@ -132,6 +134,7 @@ def restore(state: MetadataState, data: bytes) -> None:
         queue_configs = {str(group): dict(values) for group, values in doc["queue_configs"]}
         outcomes = OrderedDict((str(rid), outcome) for rid, outcome in doc["outcomes"])
         next_topic_id = int(doc["next_topic_id"])
+        auth = AuthState.from_json(doc.get("auth"))  # absent: written before users existed
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise InvalidRequestError(f"malformed metadata checkpoint: {exc}") from None
     state.topics = topics
@@ -141,6 +144,7 @@ def restore(state: MetadataState, data: bytes) -> None:
     state.queue_configs = queue_configs
     state.outcomes = outcomes
     state.next_topic_id = next_topic_id
+    state.auth = auth
 
 
 def _assignment(

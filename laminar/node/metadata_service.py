@@ -194,6 +194,8 @@ class MetadataService:
             return {**command, "voter": command["node"] not in conf.learners}
         if command.get("op") in ("begin_split", "begin_merge") and "replicas" not in command:
             return self._place_children(command)
+        if command.get("op") == "create_user":
+            return self.node.state.auth.prepare(command)
         if command.get("op") not in ("create_topic", "add_partitions") or "replicas" in command:
             return command
         if command["op"] == "add_partitions":

@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from laminar.auth.acl import Authorizer
+from laminar.auth.admin import AuthAdmin
 from laminar.errors import (
     LaminarError,
 )
@@ -29,6 +32,7 @@ from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.disk import DiskSpace
 from laminar.node.handoff import hand_off_leadership
+from laminar.node.leader_reports import LeaderReports
 from laminar.node.metadata import (
     METADATA_GROUP,
     MetadataState,
@@ -46,6 +50,7 @@ from laminar.node.readmission import IdentityCheck, Readmission
 from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
+from laminar.node.state_journal import JOURNAL_FILE, StateJournal
 from laminar.node.status import local_status
 from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
@@ -73,7 +78,14 @@ GROUP_TOPIC_CHANGES = frozenset(
 )
 BEGIN_OPS = ("begin_split", "begin_merge")
 OPEN_AT_ONCE = 64
-"""Replicas opened in one event-loop iteration when a topic is created or grown."""
+"""Replicas opened in one event-loop iteration when a topic is created or grown ..."""
+FIRST_ELECTION_GRACE = 2
+"""Election timeouts a new group's non-preferred replicas wait, beyond their own, before
+they campaign (the preferred replica campaigns as soon as it opens)."""
+CHECK_QUORUM_TIMEOUTS = 3
+"""Election timeouts a leader goes without hearing from a majority before it steps down."""
+OPEN_SLICE_SECONDS = 0.02
+"""... or fewer, once opening took this long: peers must not see this node stall."""
 
 
 class Node:
@@ -84,6 +96,7 @@ class Node:
         self._background: set[asyncio.Task[Any]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.amnesia = Amnesia(config.data_dir)
+        self.states = StateJournal(config.data_dir / JOURNAL_FILE)
         self.runtime = MultiRaft(
             self.node_id,
             config.tick_ms / 1000,
@@ -146,11 +159,17 @@ class Node:
             lambda: config.listen,
             lambda: max(1, min(3, len(self.live_nodes()))),
             client_ssl=config.security.tls.own_client_context(),
+            login=lambda: self.state.auth.internal_login(),
         )
+        self.authorizer = Authorizer(lambda: self.state.auth)
+        self.auth_admin = AuthAdmin(service.propose, lambda: self.state.auth)
         self.topic_admin = TopicAdmin(
             service.propose, self.state, self.settings_for, config.max_batch_bytes
         )
         self.disk = DiskSpace(config.data_dir, config.min_free_bytes)
+        self.leader_reports = LeaderReports(
+            self.node_id, service.propose, self._topic_id_of, config.tick_ms / 1000
+        )
         self.request_stats = RequestStats()
         self.client_server = ClientServer(self)
         self.splits = SplitService(
@@ -182,6 +201,7 @@ class Node:
             learners = tuple(n for n in initial if n not in voters)
         else:  # joining a running cluster: the metadata leader adds this node as a learner
             voters, learners = (), (self.node_id,)
+        self.states.open()  # (after the identity check: it asks whether the directory is empty)
         metadata_dir = self.config.data_dir / "metadata"
         lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
@@ -195,6 +215,7 @@ class Node:
             apply_gap=self.metadata_service.apply_gap,
             roll_at_control=True,
             topic="__metadata",
+            states=self.states,
         )
         self.identity.metadata_start = self.metadata.raft.last_index
         self.readmission.opened(self.metadata, lost)
@@ -215,6 +236,7 @@ class Node:
             asyncio.create_task(self._placement_loop(), name="placement"),
             asyncio.create_task(self.readmission.watermark_loop(), name="watermarks"),
             asyncio.create_task(self.disk.watch(), name="disk-space"),
+            asyncio.create_task(self.leader_reports.run(), name="leader-reports"),
             asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
         ]
         self.spawn(self._register())
@@ -278,6 +300,7 @@ class Node:
         await self.swim.stop()
         await self.peers.stop()
         await self.runtime.stop()
+        self.states.close()
         log.info("node stopped", node_id=self.node_id)
 
     def spawn(self, coroutine: Any) -> asyncio.Task[Any]:
@@ -289,6 +312,9 @@ class Node:
     def _raft_config(self, deliver_committed: bool) -> RaftConfig:
         return RaftConfig(
             election_tick=self.config.election_ticks,
+            # A leader keeps leading through a follower slow to answer (a starved CPU): a dead
+            # one is noticed by the peer liveness checks (PeerNetwork) instead.
+            check_quorum_tick=CHECK_QUORUM_TIMEOUTS * self.config.election_ticks,
             heartbeat_tick=1,
             deliver_committed=deliver_committed,
             applied=-1,
@@ -427,11 +453,18 @@ class Node:
     async def _open_partitions(self, topic: Topic, partitions: list[int], origin: int) -> None:
         """Open many new replicas a few at a time, so the event loop keeps serving peers and
         clients meanwhile (a big topic's replicas would otherwise block it for seconds)."""
-        for start in range(0, len(partitions), OPEN_AT_ONCE):
+        clock = time.perf_counter
+        position = 0
+        while position < len(partitions):
             if self.state.topics.get(topic.name) is not topic:
                 return  # deleted (or re-created) meanwhile
-            for partition in partitions[start : start + OPEN_AT_ONCE]:
-                self._open_partition(topic, partition, origin)
+            started = clock()
+            for partition in partitions[position : position + OPEN_AT_ONCE]:
+                self._open_partition(topic, partition, origin, durable_marker=False)
+                position += 1
+                if clock() - started > OPEN_SLICE_SECONDS:
+                    break
+            self.amnesia.sync_markers()  # (before the loop runs their first Ready)
             await asyncio.sleep(0)
 
     async def _report_move_target_ready(self, command: dict[str, Any], index: int) -> None:
@@ -476,6 +509,7 @@ class Node:
         self.amnesia.closed(replica.group)
         await replica.log_closed.wait()
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
+        self.states.forget(replica.directory.name)
         self.amnesia.forget(replica.directory.name)
 
     def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:
@@ -484,9 +518,12 @@ class Node:
         name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
         return self.config.data_dir / "partitions" / name
 
-    def _open_partition(self, topic: Topic, partition: int, origin: int) -> None:
+    def _open_partition(
+        self, topic: Topic, partition: int, origin: int, durable_marker: bool = True
+    ) -> None:
         """Open (or create) this node's replica; ``origin`` is the metadata offset of the
-        command that assigned it (see ``partition_dir``)."""
+        command that assigned it (see ``partition_dir``). Without ``durable_marker`` the caller
+        owes ``amnesia.sync_markers()`` before the event loop runs again."""
         group = group_id(topic.topic_id, partition)
         if group in self.runtime.replicas:
             return
@@ -494,7 +531,7 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        lost = self.amnesia.opening(group, directory.name, directory)
+        lost = self.amnesia.opening(group, directory.name, directory, durable_marker)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -510,6 +547,7 @@ class Node:
             self._raft_config(deliver_committed=False),
             topic=topic.name,
             partition=partition,
+            states=self.states,
         )
         try:
             replica = opener()
@@ -528,6 +566,10 @@ class Node:
         ):
             replica.raft.campaign()  # the preferred leader starts the first election at once
             self.runtime.wake(replica)
+        elif replica.raft.term == 0 and not assignment.moving:
+            # The other replicas of a new group give the preferred one a head start: thousands
+            # of groups created at once otherwise split their first votes between candidates.
+            replica.raft.election_elapsed = -FIRST_ELECTION_GRACE * self.config.election_ticks
 
     def _log_config(self, settings: TopicSettings) -> LogConfig:
         return log_config(settings, self.config.max_batch_bytes)
@@ -542,27 +584,11 @@ class Node:
             self.metadata_service.leadership_lost()
         if replica.group == METADATA_GROUP or not replica.is_leader:
             return
-        topic = self.state.topics.get(replica.topic)
-        if topic is None:
-            return
-        command = {
-            "op": "set_leader",
-            "topic_id": topic.topic_id,
-            "partition": replica.partition,
-            "leader": self.node_id,
-            "term": replica.raft.term,
-        }
-        self.spawn(self._report_leader(replica, command))
+        self.leader_reports.became_leader(replica)
 
-    async def _report_leader(self, replica: Replica, command: dict[str, Any]) -> None:
-        for _ in range(50):
-            if not replica.is_leader or replica.raft.term != command["term"]:
-                return
-            try:
-                await self.metadata_service.propose(command)
-                return
-            except (LaminarError, ConnectionError):
-                await asyncio.sleep(0.1)
+    def _topic_id_of(self, name: str) -> int | None:
+        topic = self.state.topics.get(name)
+        return None if topic is None else topic.topic_id
 
     # topics --------------------------------------------------------------------------------
     def settings_for(self, spec: dict[str, Any]) -> TopicSettings:

@@ -42,6 +42,9 @@ CLOSE_AFTER_SILENT_TIMES = 10
 without a FIN, and only a new connection would notice its return); silent for one
 ``dead_after`` the peer is only reported down."""
 
+STALL_FRACTION = 0.25
+"""Two liveness checks further apart than this many ``dead_after`` mean this node stalled."""
+
 
 class PeerNetwork:
     def __init__(
@@ -80,6 +83,7 @@ class PeerNetwork:
         self._server_ssl = server_ssl
         self._client_ssl = client_ssl
         self.refused = 0
+        self._last_check = time.monotonic()
         """Peer connections refused (wrong certificate id, duplicate of a live connection)."""
 
     async def start(self) -> None:
@@ -150,6 +154,14 @@ class PeerNetwork:
     def check_liveness(self) -> None:
         """Called every tick: keep connections alive, report silent peers down."""
         now = time.monotonic()
+        gap = now - self._last_check
+        self._last_check = now
+        if gap > self._dead_after * STALL_FRACTION:
+            # This node's own event loop stalled (a starved CPU): its peers' frames may sit
+            # unread in the sockets. The stall is not their silence; without this every
+            # long stall here reported every peer down and re-elected all their groups.
+            for peer, heard in self._last_heard.items():
+                self._last_heard[peer] = min(now, heard + gap)
         empty = None
         for peer, connection in list(self._connections.items()):
             if connection.closed:
@@ -227,6 +239,12 @@ class PeerNetwork:
             peer = state["peer"]
             if peer and self._connections.get(peer) is protocol:
                 del self._connections[peer]
+                if not self._stopping and peer not in self._down:
+                    # A process that died closes its sockets at once (a SIGKILL): its groups
+                    # elect now rather than after dead_after of silence. A peer still alive
+                    # dials back (or is dialed) and is reported up with its hello.
+                    self._down.add(peer)
+                    self._on_down(peer)
             if closed is not None and not closed.done():
                 closed.set_result(None)
 

@@ -29,6 +29,12 @@ _ENTRY_KINDS = {int(k) for k in EntryKind}
 MAX_TERM = 2**62
 """No honest cluster counts this high (one election per millisecond: 10^11 years)."""
 MAX_OFFSET = 2**62
+_TYPES = {int(t): t for t in MessageType}
+_MESSAGE = struct.Struct("<QBIIQQqqBqBII")
+"""Packed message header: group, type, to, from, term, logTerm, index, commit, reject,
+rejectHint, quiesce, context length, entry count."""
+_ENTRY = struct.Struct("<QqqBI")
+"""Packed entry header: term, index, last, kind, data length."""
 
 
 class Hello(NamedTuple):
@@ -64,34 +70,117 @@ def encode_hello(node_id: int, cluster_id: str, address: str, client_address: st
 
 
 def encode_messages(messages: list[GroupMessage]) -> tuple[bytes, list[Any]]:
-    """Return (Cap'n Proto bytes, payload buffers) for one frame carrying ``messages``."""
-    peer_message = cluster_schema.PeerMessage.new_message()
-    out = peer_message.init("raft", len(messages))
+    """Return (Cap'n Proto bytes, payload buffers) for one frame carrying ``messages``, in the
+    packed form (``raftPacked`` in cluster.capnp): a fixed header per message, its context
+    and entry headers. OverflowError for a value outside its field's range."""
+    parts: list[bytes] = []
     payload: list[Any] = []
-    for slot, (group, msg) in zip(out, messages, strict=True):
-        slot.group = group
-        slot.type = int(msg.type)
-        slot.to = msg.to
-        slot.__setattr__("from", msg.frm)
-        slot.term = msg.term
-        slot.logTerm = msg.log_term
-        slot.index = msg.index
-        slot.commit = msg.commit
-        slot.reject = msg.reject
-        slot.rejectHint = msg.reject_hint
-        slot.quiesce = msg.quiesce
-        if msg.context:
-            slot.context = bytes(msg.context)
-        if msg.entries:
-            headers = slot.init("entries", len(msg.entries))
-            for header, entry in zip(headers, msg.entries, strict=True):
-                header.term = entry.term
-                header.index = entry.index
-                header.last = entry.last
-                header.kind = int(entry.kind)
-                header.dataLength = len(entry.data)
+    pack, pack_entry = _MESSAGE.pack, _ENTRY.pack
+    try:
+        for group, msg in messages:
+            context, entries = msg.context, msg.entries
+            parts.append(
+                pack(
+                    group,
+                    msg.type,
+                    msg.to,
+                    msg.frm,
+                    msg.term,
+                    msg.log_term,
+                    msg.index,
+                    msg.commit,
+                    msg.reject,
+                    msg.reject_hint,
+                    msg.quiesce,
+                    len(context),
+                    len(entries),
+                )
+            )
+            if context:
+                parts.append(bytes(context))
+            for entry in entries:
+                parts.append(
+                    pack_entry(entry.term, entry.index, entry.last, entry.kind, len(entry.data))
+                )
                 payload.append(entry.data)
+    except struct.error as exc:
+        raise OverflowError(f"raft message field out of range: {exc}") from None
+    peer_message = cluster_schema.PeerMessage.new_message()
+    peer_message.raftPacked = b"".join(parts)
     return peer_message.to_bytes(), payload
+
+
+def _decode_packed(data: bytes, payload: memoryview) -> list[GroupMessage]:
+    """The packed form: every value checked as in ``_check_bounds`` and ``_entry``."""
+    messages: list[GroupMessage] = []
+    unpack, unpack_entry = _MESSAGE.unpack_from, _ENTRY.unpack_from
+    header_size, entry_size = _MESSAGE.size, _ENTRY.size
+    size = len(data)
+    position = 0  # in data
+    taken = 0  # in payload
+    while position < size:
+        if position + header_size > size:
+            raise ProtocolError("raft message header runs past the frame")
+        (
+            group,
+            mtype,
+            to,
+            frm,
+            term,
+            log_term,
+            index,
+            commit,
+            reject,
+            hint,
+            quiesce,
+            context_length,
+            count,
+        ) = unpack(data, position)
+        position += header_size
+        message_type = _TYPES.get(mtype)
+        if message_type is None:
+            raise ProtocolError(f"unknown raft message type {mtype}")
+        if term > MAX_TERM or log_term > MAX_TERM:
+            raise ProtocolError(f"implausible raft term {max(term, log_term)}")
+        if not (
+            -1 <= index <= MAX_OFFSET and -1 <= commit <= MAX_OFFSET and -1 <= hint <= MAX_OFFSET
+        ):
+            raise ProtocolError("raft offset out of range")
+        context = data[position : position + context_length]
+        if len(context) < context_length:
+            raise ProtocolError("raft message context runs past the frame")
+        position += context_length
+        entries = []
+        for _ in range(count):
+            if position + entry_size > size:
+                raise ProtocolError("raft entry header runs past the frame")
+            e_term, e_index, e_last, kind, length = unpack_entry(data, position)
+            position += entry_size
+            end = taken + length
+            if end > len(payload):
+                raise ProtocolError("raft entry data runs past the frame payload")
+            entries.append(_entry(kind, e_index, e_last, e_term, payload[taken:end]))
+            taken = end
+        messages.append(
+            (
+                group,
+                Message(
+                    type=message_type,
+                    to=to,
+                    frm=frm,
+                    term=term,
+                    log_term=log_term,
+                    index=index,
+                    entries=entries,
+                    commit=commit,
+                    reject=bool(reject),
+                    reject_hint=hint,
+                    context=context,
+                    quiesce=bool(quiesce),
+                ),
+            )
+        )
+    return messages
 
 
 def decode_peer_message(message: bytes, payload: memoryview) -> tuple[str, Any]:
@@ -112,7 +201,9 @@ def decode_peer_message(message: bytes, payload: memoryview) -> tuple[str, Any]:
         if which == "reply":
             r = reader.reply
             return which, Reply(r.id, r.errorCode, r.errorMessage, bytes(r.body))
-        if which != "raft":
+        if which == "raftPacked":
+            return "raft", _decode_packed(reader.raftPacked, payload)
+        if which != "raft":  # (the list form: what nodes sent before the packed one)
             raise ProtocolError(f"unknown peer message {which!r}")
         position = 0
         messages: list[GroupMessage] = []
@@ -130,7 +221,11 @@ def decode_peer_message(message: bytes, payload: memoryview) -> tuple[str, Any]:
                 end = position + header.dataLength
                 if end > len(payload):
                     raise ProtocolError("raft entry data runs past the frame payload")
-                entries.append(_entry(header, payload[position:end]))
+                entries.append(
+                    _entry(
+                        header.kind, header.index, header.last, header.term, payload[position:end]
+                    )
+                )
                 position = end
             context = slot.context
             messages.append(
@@ -167,9 +262,8 @@ def _check_bounds(term: int, log_term: int, index: int, commit: int, reject_hint
             raise ProtocolError(f"raft offset {value} out of range")
 
 
-def _entry(header: Any, data: memoryview) -> Entry:
+def _entry(kind: int, index: int, last: int, term: int, data: memoryview) -> Entry:
     """One entry, checked: known kind, offsets in range, and for NORMAL one intact batch."""
-    kind, index, last, term = header.kind, header.index, header.last, header.term
     if kind not in _ENTRY_KINDS or not 0 <= index <= last <= MAX_OFFSET or term > MAX_TERM:
         raise ProtocolError("malformed raft entry header")
     if kind == EntryKind.NORMAL:

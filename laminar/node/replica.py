@@ -13,7 +13,8 @@ from typing import Any
 
 from laminar.errors import NotLeaderError
 from laminar.node.log_storage import LogStorage
-from laminar.node.raft_state import load_state
+from laminar.node.raft_state import StateToSave, StateWriter, load_state, save_state
+from laminar.node.state_journal import StateJournal
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
 from laminar.segment.log import LogConfig, PartitionLog
 
@@ -75,6 +76,11 @@ class Replica:
     closed: bool = False
     log_closed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the log's files are closed (a close may wait for a flush in flight)."""
+    states: StateJournal | None = None
+    """Where term, vote and membership are saved: the node's journal (one fdatasync covers
+    every group of a pass), else a state file in the replica's directory."""
+    _state_stamp: int = 0
+    _state_writer: StateWriter = field(default_factory=StateWriter)
 
     @classmethod
     def open(
@@ -105,13 +111,14 @@ class Replica:
             roll_at_control=roll_at_control,
             **kwargs,
         )
+        states: StateJournal | None = kwargs.get("states")
+        hard, conf = states.load(directory) if states is not None else load_state(directory)
         directory.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(directory / LOG_DIR, log_config)
         try:
             if cut_damage:
                 log.cut_at_damage()
             storage = LogStorage(log, roll_at_control)
-            hard, conf = load_state(directory)
             conf = conf or initial_conf
             raft = RaftNode(node_id, storage, conf, hard, raft_config)  # reads the log's tail
         except BaseException:
@@ -165,7 +172,7 @@ class Replica:
             and saved.conf == (self.conf or raft.committed_conf)
         )
 
-    def state_to_save(self) -> tuple[HardState, ConfState] | None:
+    def state_to_save(self) -> StateToSave | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
         raft = self.raft
         conf = self.conf or raft.committed_conf
@@ -178,7 +185,21 @@ class Replica:
         ):
             return None
         self.saved = SavedState(raft.term, raft.vote, conf)
-        return HardState(raft.term, raft.vote, raft.commit), conf
+        self._state_stamp += 1
+        return StateToSave(self._state_stamp, HardState(raft.term, raft.vote, raft.commit), conf)
+
+    def write_state(self, state: StateToSave) -> None:
+        """Save a captured term, vote and membership: into the journal (durable with its next
+        ``sync``, which the caller owes), or durably into the replica's own state file. The
+        loop (a log reset) and flush threads both call this; ``StateWriter`` keeps an older
+        capture from replacing a newer one."""
+        self._state_writer.save(state, self._write_state)
+
+    def _write_state(self, hard: HardState, conf: ConfState) -> None:
+        if self.states is not None:
+            self.states.write(self.directory, hard, conf)
+        else:
+            save_state(self.directory, hard, conf)
 
     def wake_fetchers(self) -> None:
         waiters, self.fetch_waiters = self.fetch_waiters, []

@@ -36,14 +36,15 @@ import structlog
 
 from laminar.errors import NotLeaderError
 from laminar.node.raft_codec import GroupMessage
-from laminar.node.raft_state import save_state
+from laminar.node.raft_state import StateToSave
 from laminar.node.replica import Replica
-from laminar.raft import ConfState, EntryKind, HardState, Message, MessageType
+from laminar.node.state_journal import StateJournal
+from laminar.raft import EntryKind, Message, MessageType
 from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
 
-FlushJob = tuple[Replica, int, int, list[Message], tuple[HardState, ConfState] | None]
+FlushJob = tuple[Replica, int, int, list[Message], StateToSave | None]
 
 log = structlog.get_logger(__name__)
 
@@ -138,11 +139,14 @@ class MultiRaft:
             self._pool.shutdown(wait=True)
 
     def _sync_all_logs(self) -> None:
+        journals = set()
         for replica in self.replicas.values():
             replica.log.flush()
             state = replica.state_to_save()
             if state is not None:
-                save_state(replica.directory, *state)
+                replica.write_state(state)
+                journals.add(replica.states)
+        _sync_journals(journals)
 
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
@@ -263,7 +267,8 @@ class MultiRaft:
                     replica.conf = ready.conf_state
                 state = replica.state_to_save()
                 if state is not None:
-                    save_state(replica.directory, *state)
+                    replica.write_state(state)
+                    _sync_journals({replica.states})
                 if self._before_cut is not None:
                     self._before_cut(replica.group, ready.reset[0])
                 storage.reset(*ready.reset)
@@ -487,9 +492,11 @@ def _sync_then_call(
 
 def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
     """Runs in the flush thread: make logs and changed hard states durable."""
-    for seconds in _sync_chunk(jobs):
-        if fsync_seconds is not None:
-            fsync_seconds.observe(seconds)
+    seconds, journals = _sync_chunk(jobs)
+    _sync_journals(journals)
+    if fsync_seconds is not None:
+        for value in seconds:
+            fsync_seconds.observe(value)
 
 
 def _sync_parallel(
@@ -504,17 +511,23 @@ def _sync_parallel(
     chunks = min(threads, len(jobs))
     futures = [pool.submit(_sync_chunk, jobs[i::chunks]) for i in range(chunks)]
     concurrent.futures.wait(futures)
+    journals: set[StateJournal | None] = set()
     for future in futures:
-        seconds = future.result()  # raises a chunk's failure (the node then stops)
+        seconds, written = future.result()  # raises a chunk's failure (the node then stops)
+        journals |= written
         if fsync_seconds is not None:
             for value in seconds:
                 fsync_seconds.observe(value)
+    _sync_journals(journals)
 
 
-def _sync_chunk(jobs: list[FlushJob]) -> list[float]:
-    """Make these replicas' logs and changed hard states durable: each log's flush time."""
+def _sync_chunk(jobs: list[FlushJob]) -> tuple[list[float], set[StateJournal | None]]:
+    """Make these replicas' logs durable and write their changed hard states (each after its
+    own log: a state may name its entries): each log's flush time, and the journals written
+    (the caller syncs each once for the whole pass, not two fsyncs per group)."""
     clock = time.perf_counter
     seconds: list[float] = []
+    journals: set[StateJournal | None] = set()
     for replica, _last, _term, _held, state in jobs:
         if replica.closed:
             continue
@@ -522,5 +535,12 @@ def _sync_chunk(jobs: list[FlushJob]) -> list[float]:
         replica.log.flush()
         seconds.append(clock() - started)
         if state is not None:
-            save_state(replica.directory, *state)
-    return seconds
+            replica.write_state(state)
+            journals.add(replica.states)
+    return seconds, journals
+
+
+def _sync_journals(journals: set[StateJournal | None]) -> None:
+    for journal in journals:
+        if journal is not None:
+            journal.sync()

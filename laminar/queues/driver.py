@@ -29,8 +29,8 @@ group shard's ``ShardDriver`` does):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 import structlog
 
@@ -46,9 +46,8 @@ from laminar.node.leader_term import LeaderTerm
 from laminar.node.replica import Replica
 from laminar.queues.log_codec import decode_batch, encode_batch
 from laminar.queues.partition import (
-    Acknowledgement,
-    Delivery,
-    Receipt,
+    AcquiredRun,
+    SettleRun,
     ShareConfig,
     SharePartition,
 )
@@ -62,15 +61,6 @@ DELIVER_AT_HEADER = "laminar-deliver-at"
 DELIVER_AT_BYTES = DELIVER_AT_HEADER.encode()
 READ_BYTES = 4 << 20
 POLL_SLICE = 0.05
-
-
-class Settle(NamedTuple):
-    """One acknowledgement of a share fetch, by receipt (member of the fetch)."""
-
-    offset: int
-    delivery_count: int
-    kind: str  # ack | release | reject | extend
-    ms: int = 0
 
 
 class PartitionQueues:
@@ -100,6 +90,8 @@ class PartitionQueues:
         self._releases: list[tuple[str, int, asyncio.Future[None]]] = []
         self._append_scheduled = False
         self._append_forced = False
+        self._appending = 0  # appends proposed and not committed yet
+        self._append_waiting = False  # records made while one was: they go when it commits
         self._since_checkpoint = 0
         self._checkpoint_at = -1  # offset of the newest checkpoint batch (-1: none yet)
         loop = asyncio.get_running_loop()
@@ -116,45 +108,40 @@ class PartitionQueues:
         self,
         group: str,
         member_id: str,
-        settles: Sequence[Settle],
+        settles: Sequence[SettleRun],
         max_records: int,
         lock_ms: int | None,
         from_earliest: bool,
         max_wait_ms: int,
-    ) -> tuple[list[LaminarError | None], list[Delivery]]:
-        """Settle ``settles``, then acquire up to ``max_records`` (long-polling up to
-        ``max_wait_ms`` while none is available); returns once all of it is durable."""
+    ) -> tuple[list[list[tuple[int, LaminarError]]] | LaminarError, list[AcquiredRun]]:
+        """Settle the runs ``settles`` (the result: per run, the offsets that failed with
+        their error; or one error for all of them), then acquire up to ``max_records``
+        (long-polling up to ``max_wait_ms`` while none is available) as runs; returns once
+        all of it is durable."""
         await self.ready()
         waits: list[tuple[str, int]] = []
-        results: list[LaminarError | None] = []
+        results: list[list[tuple[int, LaminarError]]] | LaminarError = []
         if settles:
             partition = self.groups.get(group)
             if partition is None:
-                results = [ReceiptExpiredError(f"group {group} holds nothing here")] * len(settles)
+                results = ReceiptExpiredError(f"group {group} holds nothing here")
             else:
                 self._configure(group, partition)
-                new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call
-                reply = partition.acknowledge(
-                    [
-                        new(Acknowledgement, (new(Receipt, (member_id, offset, count)), kind, ms))
-                        for offset, count, kind, ms in settles
-                    ],
-                    self._now_ms(),
-                )
+                reply = partition.settle_runs(member_id, settles, self._now_ms())
                 results = reply.value
                 waits.append((group, reply.after))
-        deliveries: list[Delivery] = []
+        acquired: list[AcquiredRun] = []
         if max_records > 0:
             partition = self._group(group, from_earliest)
             deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
             while True:
                 self._scan(group, partition)
-                reply = partition.acquire(member_id, max_records, self._now_ms(), lock_ms)
-                deliveries = reply.value
-                if deliveries:  # an empty acquire hands out nothing that must be durable
-                    waits.append((group, reply.after))
+                got = partition.acquire_runs(member_id, max_records, self._now_ms(), lock_ms)
+                acquired = got.value
+                if acquired:  # an empty acquire hands out nothing that must be durable
+                    waits.append((group, got.after))
                 remaining = deadline - asyncio.get_running_loop().time()
-                if deliveries or remaining <= 0:
+                if acquired or remaining <= 0:
                     break
                 await self._new_data(min(remaining, POLL_SLICE))
                 self._check()
@@ -163,21 +150,23 @@ class PartitionQueues:
         self._schedule_append()
         for name, after in waits:
             await self._released(name, after)
-        return results, deliveries
+        return results, acquired
 
-    def read(self, deliveries: Sequence[Delivery]) -> list[bytes]:
-        """Whole batches holding the delivered offsets (each batch once), crc-checked. All of
-        them, whatever their size: an acquired record the member never sees would only come
-        back once its lock ran out (``max_records`` bounds a fetch instead)."""
+    def read(self, spans: Iterable[tuple[int, int]]) -> list[bytes]:
+        """Whole batches holding the offsets of ``spans`` (``[first, end)`` ranges, e.g. the
+        acquired runs), each batch once, crc-checked. All of them, whatever their size: an
+        acquired record the member never sees would only come back once its lock ran out
+        (``max_records`` bounds a fetch instead)."""
         out: list[bytes] = []
         covered = -1
-        for offset in sorted(d.offset for d in deliveries):
-            if offset <= covered:
-                continue
-            batch = self.replica.log.batches(offset, offset + 1, READ_BYTES)[0]
-            header = record_batch.read_header(batch)
-            covered = header.base_offset + header.last_offset_delta
-            out.append(bytes(batch))
+        for lo, hi in sorted(spans):
+            offset = max(lo, covered + 1)
+            while offset < hi:
+                batch = self.replica.log.batches(offset, offset + 1, READ_BYTES)[0]
+                header = record_batch.read_header(batch)
+                covered = header.base_offset + header.last_offset_delta
+                out.append(bytes(batch))
+                offset = covered + 1
         return out
 
     async def ready(self) -> None:
@@ -221,7 +210,7 @@ class PartitionQueues:
             taken = partition.take_dead_letters(limit=500)
             if taken:
                 letters.append((name, taken))
-        if self._checkpoint_due():
+        if not self._appending and self._checkpoint_due():  # restates what is committed
             self._checkpoint()
         self._schedule_append()
         return letters
@@ -362,6 +351,14 @@ class PartitionQueues:
 
     def _append(self, checkpoint: bool = False) -> None:
         self._append_scheduled = False
+        if self._appending and not checkpoint:
+            # One append in flight per partition (Nagle): what every member's fetch writes
+            # meanwhile goes in one batch when it commits, instead of one Raft entry (and a
+            # replication round, and a fsync on every replica) per fetch. A reply waits for
+            # at most one commit more; the commits of pipelined entries would wait for the
+            # replicas' flush passes anyway.
+            self._append_waiting = True
+            return
         forced, self._append_forced = self._append_forced, False
         if not self._usable():
             return
@@ -382,12 +379,17 @@ class PartitionQueues:
         except LaminarError as exc:
             self.end(f"append refused: {exc}")
             return
+        self._appending += 1
         self._since_checkpoint = len(items) if checkpoint else self._since_checkpoint + len(items)
         if checkpoint:
             self._checkpoint_at = base
         self._wake(self.replica)
 
     def _committed(self, future: asyncio.Future[Any], written: dict[str, int]) -> None:
+        self._appending -= 1
+        if self._append_waiting and not self._appending:
+            self._append_waiting = False
+            self._schedule_append()
         if future.cancelled() or future.exception() is not None:
             self.end("an append did not commit")
             return

@@ -50,6 +50,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Literal, NamedTuple
 
 from laminar.durable import RecordOutbox, Reply
@@ -110,6 +111,10 @@ class Delivery(NamedTuple):
 
 
 Kind = Literal["ack", "release", "reject", "extend"]
+AcquiredRun = tuple[int, int, int, int]
+"""Offsets ``[first, end)`` acquired with one delivery count and lock deadline (ms)."""
+SettleRun = tuple[int, int, int, Kind, int]
+"""``count`` settlements from offset ``first`` alike: (first, count, delivery count, kind, ms)."""
 
 
 class Acknowledgement(NamedTuple):
@@ -162,7 +167,9 @@ class SharePartition(RecordOutbox[Record]):
         self._end = self.state.start
         self._cursor = self.state.start  # every offset below is either < start or has a slot
         self._deadline: dict[int, int] = {}
-        self._locks: list[tuple[int, int, int]] = []  # (deadline, offset, delivery count)
+        # (deadline, first, end, delivery count): one entry per acquired run, not per offset;
+        # an entry is stale for offsets whose ``_deadline`` differs (settled, extended)
+        self._locks: list[tuple[int, int, int, int]] = []
         self._delays: list[tuple[int, int]] = []  # (due, offset)
         self._ready: list[int] = []  # AVAILABLE slots that are due (may hold stale entries)
         self._dead: list[int] = []  # ARCHIVING offsets not handed to the driver yet
@@ -275,6 +282,20 @@ class SharePartition(RecordOutbox[Record]):
         self, member_id: str, max_records: int, now_ms: int, lock_ms: int | None = None
     ) -> Reply[list[Delivery]]:
         """Lock up to ``max_records`` of the lowest available offsets for ``member_id``."""
+        reply = self.acquire_runs(member_id, max_records, now_ms, lock_ms)
+        new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per offset
+        out = [
+            new(Delivery, (new(Receipt, (member_id, o, count)), deadline))
+            for lo, hi, count, deadline in reply.value
+            for o in range(lo, hi)
+        ]
+        return Reply(out, reply.after)
+
+    def acquire_runs(
+        self, member_id: str, max_records: int, now_ms: int, lock_ms: int | None = None
+    ) -> Reply[list[AcquiredRun]]:
+        """``acquire``, the offsets given as ascending runs ``(first, end, delivery count, lock
+        deadline)``: what the wire carries, without an object per offset."""
         self._alive()
         _require_member(member_id)
         lock = self.config.lock_ms if lock_ms is None else lock_ms
@@ -286,9 +307,17 @@ class SharePartition(RecordOutbox[Record]):
         slots, ready = self.state.slots, self._ready
         limit = min(self._end, self.window_end)
         cursor = self._cursor
-        picked: list[tuple[int, int]] = []  # (offset, delivery count)
+        runs: list[tuple[int, int, int]] = []  # ascending: both sources are taken lowest first
+        n = 0
         taken: set[int] = set()
-        while len(picked) < max_records:
+
+        def add(lo: int, hi: int, count: int) -> None:
+            if runs and runs[-1][1] == lo and runs[-1][2] == count:
+                runs[-1] = (runs[-1][0], hi, count)
+            else:
+                runs.append((lo, hi, count))
+
+        while n < max_records:
             while ready:
                 slot = slots.get(ready[0])
                 if (
@@ -299,11 +328,16 @@ class SharePartition(RecordOutbox[Record]):
                 ):
                     break
                 heapq.heappop(ready)
-            if not ready:  # the common case: only fresh offsets are left
-                while len(picked) < max_records and cursor < limit:
-                    if cursor not in slots:
-                        picked.append((cursor, 1))
-                    cursor += 1
+            if not ready:  # the common case: only fresh offsets are left, taken as runs
+                while n < max_records and cursor < limit:
+                    if cursor in slots:
+                        cursor += 1
+                        continue
+                    lo, hi = cursor, min(limit, cursor + max_records - n)
+                    while cursor < hi and cursor not in slots:
+                        cursor += 1
+                    add(lo, cursor, 1)
+                    n += cursor - lo
                 break
             while cursor in slots:
                 cursor += 1
@@ -312,31 +346,23 @@ class SharePartition(RecordOutbox[Record]):
                     break
                 o = heapq.heappop(ready)
                 taken.add(o)
-                picked.append((o, slots[o].count + 1))
+                add(o, o + 1, slots[o].count + 1)
             elif cursor < limit:
-                picked.append((cursor, 1))
+                add(cursor, cursor + 1, 1)
                 cursor += 1
             else:
                 break
+            n += 1
         self._cursor = cursor
-        if not picked:
+        if not runs:
             return Reply([], self._written)
-        runs: list[tuple[int, int, int]] = []
-        for o, count in picked:  # ascending: both sources are taken lowest first
-            if runs and runs[-1][1] == o and runs[-1][2] == count:
-                runs[-1] = (runs[-1][0], o + 1, count)
-            else:
-                runs.append((o, o + 1, count))
         self._write(Acquired(member_id, lock, tuple(runs)))
         deadline = now_ms + lock
-        out = []
         deadlines, locks, push = self._deadline, self._locks, heapq.heappush
-        new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per offset
-        for o, count in picked:
-            deadlines[o] = deadline
-            push(locks, (deadline, o, count))
-            out.append(new(Delivery, (new(Receipt, (member_id, o, count)), deadline)))
-        return Reply(out, self._written)
+        for lo, hi, count in runs:
+            deadlines.update(dict.fromkeys(range(lo, hi), deadline))
+            push(locks, (deadline, lo, hi, count))
+        return Reply([(lo, hi, count, deadline) for lo, hi, count in runs], self._written)
 
     def acknowledge(
         self, items: Sequence[Acknowledgement], now_ms: int
@@ -412,6 +438,72 @@ class SharePartition(RecordOutbox[Record]):
             self._became_available(offsets, due, now_ms)
         return Reply(results, self._written)
 
+    def settle_runs(
+        self, member_id: str, runs: Sequence[SettleRun], now_ms: int
+    ) -> Reply[list[list[tuple[int, LaminarError]]]]:
+        """``acknowledge`` for runs ``(first offset, count, delivery count, kind, ms)`` of
+        ``member_id``'s receipts (what the wire carries): the result lists, per run, the
+        offsets that failed with their error. Runs of acks (a member's steady state) are
+        checked and written as ranges, with no object per offset; anything else goes through
+        ``acknowledge`` item by item, in order."""
+        if any(run[3] != "ack" for run in runs):
+            new = tuple.__new__
+            items = [
+                new(Acknowledgement, (new(Receipt, (member_id, o, count)), kind, ms))
+                for first, n, count, kind, ms in runs
+                for o in range(first, first + n)
+            ]
+            reply = self.acknowledge(items, now_ms)
+            errors = iter(reply.value)
+            out = []
+            for first, n, _count, _kind, _ms in runs:
+                failed = []
+                for o in range(first, first + n):
+                    error = next(errors)
+                    if error is not None:
+                        failed.append((o, error))
+                out.append(failed)
+            return Reply(out, reply.after)
+        self._alive()
+        self.tick(now_ms)
+        slots = self.state.slots
+        # Runs in ascending order without overlap (what a member sends) cannot settle an
+        # offset twice, and their acked offsets come out as ascending ranges as they are
+        # checked; otherwise a set catches repeats and the ranges are sorted afterwards.
+        ordered = all(a[0] + a[1] <= b[0] for a, b in pairwise(runs))
+        settled: set[int] | None = None if ordered else set()
+        acked: list[list[int]] = []  # [first, end) ranges
+        results: list[list[tuple[int, LaminarError]]] = []
+        for first, n, count, _kind, _ms in runs:
+            failed: list[tuple[int, LaminarError]] = []
+            for o in range(first, first + n):
+                slot = slots.get(o)
+                if (
+                    slot is None
+                    or slot.state != ACQUIRED
+                    or slot.member != member_id
+                    or slot.count != count
+                    or (settled is not None and o in settled)
+                ):
+                    receipt = Receipt(member_id, o, count)
+                    failed.append((o, ReceiptExpiredError(f"receipt {receipt} is not current")))
+                    continue
+                if settled is not None:
+                    settled.add(o)
+                if acked and acked[-1][1] == o:
+                    acked[-1][1] = o + 1
+                else:
+                    acked.append([o, o + 1])
+            results.append(failed)
+        if acked:
+            done = tuple((lo, hi) for lo, hi in acked) if settled is None else runs_of(settled)
+            deadlines = self._deadline
+            for lo, hi in done:
+                for o in range(lo, hi):
+                    deadlines.pop(o, None)
+            self._write(Acked(done))
+        return Reply(results, self._written)
+
     def ack(self, receipt: Receipt, now_ms: int) -> Reply[None]:
         return self._one(Acknowledgement(receipt, "ack"), now_ms)
 
@@ -443,16 +535,17 @@ class SharePartition(RecordOutbox[Record]):
         slots, locks, deadlines = self.state.slots, self._locks, self._deadline
         expired = []
         while locks and locks[0][0] <= now_ms:
-            deadline, o, count = heapq.heappop(locks)
-            slot = slots.get(o)
-            if (
-                slot is not None
-                and slot.state == ACQUIRED
-                and slot.count == count
-                and deadlines.get(o) == deadline
-            ):
-                expired.append(o)
-                del deadlines[o]  # an equal entry (an extend to the same deadline) is stale
+            deadline, lo, hi, count = heapq.heappop(locks)
+            for o in range(lo, hi):
+                slot = slots.get(o)
+                if (
+                    slot is not None
+                    and slot.state == ACQUIRED
+                    and slot.count == count
+                    and deadlines.get(o) == deadline
+                ):
+                    expired.append(o)
+                    del deadlines[o]  # an equal entry (an extend to the same deadline) is stale
         if expired:
             self._unlock(expired, now_ms)
         delays = self._delays
@@ -562,7 +655,7 @@ class SharePartition(RecordOutbox[Record]):
 
     def _lock(self, o: int, deadline: int, count: int) -> None:
         self._deadline[o] = deadline
-        heapq.heappush(self._locks, (deadline, o, count))
+        heapq.heappush(self._locks, (deadline, o, o + 1, count))
 
     def _settled(self, offsets: Iterable[int]) -> None:
         for o in offsets:
@@ -609,8 +702,15 @@ class SharePartition(RecordOutbox[Record]):
         slack = 1024 + self.config.max_in_flight
         slots = self.state.slots
         if len(self._locks) > slack + 2 * len(self._deadline):
-            self._locks = [(d, o, slots[o].count) for o, d in self._deadline.items()]
-            heapq.heapify(self._locks)
+            locks: list[tuple[int, int, int, int]] = []
+            for o in sorted(self._deadline):
+                d, count = self._deadline[o], slots[o].count
+                if locks and locks[-1][2] == o and locks[-1][0] == d and locks[-1][3] == count:
+                    locks[-1] = (d, locks[-1][1], o + 1, count)
+                else:
+                    locks.append((d, o, o + 1, count))
+            heapq.heapify(locks)
+            self._locks = locks
         if len(self._ready) > slack:
             self._ready = sorted({o for o in self._ready if self._slot_state(o) == AVAILABLE})
         if len(self._delays) > slack:

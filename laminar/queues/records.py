@@ -47,6 +47,7 @@ class SlotState(IntEnum):
 
 
 DONE = (SlotState.ACKED, SlotState.ARCHIVED)
+_ACKED = (SlotState.ACKED, "", 0, 0, "")  # an acked slot: its count kept, the rest cleared
 
 
 @dataclass(slots=True)
@@ -132,13 +133,21 @@ class ShareState:
                 slot = slots.get(o)
                 count = slot.count if slot is not None else 0
                 slots[o] = Slot(SlotState.AVAILABLE, count, due_ms=record.due_ms)
-        elif isinstance(record, Acked | Archived | DeadLettered):
+        elif isinstance(record, Acked):
+            # The common transition (an acked acquisition): its slot changes in place (it
+            # belongs to this state alone), and the done prefix is dropped right after.
+            for o in _offsets(record.runs, start):
+                slot = slots.get(o)
+                if slot is None:
+                    slots[o] = Slot(SlotState.ACKED)
+                else:
+                    slot.state, slot.member, slot.lock_ms, slot.due_ms, slot.reason = _ACKED
+            self._advance()
+        elif isinstance(record, Archived | DeadLettered):
             for o in _offsets(record.runs, start):
                 slot = slots.get(o)
                 count = slot.count if slot is not None else 0
-                if isinstance(record, Acked):
-                    slots[o] = Slot(SlotState.ACKED, count)
-                elif isinstance(record, Archived):
+                if isinstance(record, Archived):
                     slots[o] = Slot(SlotState.ARCHIVING, count, reason=record.reason)
                 else:
                     reason = slot.reason if slot is not None else ""

@@ -59,6 +59,7 @@ class QueueService:
         replication: Callable[[], int],
         checkpoint_min_records: int = 10_000,
         client_ssl: SSLContext | None = None,
+        login: Callable[[], tuple[str, str] | None] = lambda: None,
     ) -> None:
         self.config = config
         self._stored = stored
@@ -67,6 +68,9 @@ class QueueService:
         self._runtime = runtime
         self._client_address = client_address
         self._client_ssl = client_ssl  # the node's client port may speak TLS
+        self._login = login
+        """The nodes' internal user once the cluster has users (laminar/auth/state.py)."""
+        self._producer_login: tuple[str, str] | None = None
         self._replication = replication
         self.checkpoint_min_records = checkpoint_min_records
         self._drivers: dict[int, PartitionQueues] = {}
@@ -175,16 +179,31 @@ class QueueService:
         replica = driver.replica
         topic = self.settings(group).dead_letter_topic
         bootstrap = self._client_address()
+        login = self._login()
+        user, password = login or (None, None)
+        if self._producer is not None and login != self._producer_login:
+            await self._producer.close()  # made before the cluster had users
+            self._producer = None
         if self._producer is None:
-            self._producer = Producer(bootstrap, acks="all", linger_ms=1, ssl=self._client_ssl)
+            self._producer = Producer(
+                bootstrap,
+                acks="all",
+                linger_ms=1,
+                ssl=self._client_ssl,
+                username=user,
+                password=password,
+            )
+            self._producer_login = login
             await self._producer.start()
-        async with Admin(bootstrap, ssl=self._client_ssl) as admin:
+        async with Admin(
+            bootstrap, ssl=self._client_ssl, username=user, password=password
+        ) as admin:
             if topic not in await admin.list_topics():
                 with contextlib.suppress(TopicExistsError):
                     await admin.create_topic(topic, 1, self._replication())
         by_offset = {letter.offset: letter for letter in letters}
         sends = []
-        for batch in driver.read(letters):
+        for batch in driver.read((letter.offset, letter.offset + 1) for letter in letters):
             for record in _records_or_placeholders(batch, by_offset):
                 letter = by_offset.get(record.offset)
                 if letter is None:

@@ -16,8 +16,7 @@ from typing import Any
 from laminar.errors import InvalidRequestError, LaminarError
 from laminar.node.replica import Replica
 from laminar.protocol import fill_error
-from laminar.queues.driver import Settle
-from laminar.queues.partition import Delivery
+from laminar.queues.partition import AcquiredRun, SettleRun
 from laminar.queues.service import QueueService
 
 Handler = Callable[[Any, Any, memoryview], Awaitable[list[bytes] | None]]
@@ -26,6 +25,8 @@ ACTIONS = ("ack", "release", "reject", "extend")
 MAX_WAIT_MS = 30_000
 MAX_SETTLES = 100_000  # settlements in one request (runs expand to one per offset)
 POLL_SLICE = 0.05
+RunOutcome = list[tuple[int, LaminarError]] | LaminarError
+"""A settlement run's result: the offsets that failed with their errors, or one error for all."""
 
 
 def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, Handler]:
@@ -34,35 +35,35 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
         if not group or not member:
             raise InvalidRequestError("a share fetch names its group and member")
         wanted = [(p.topic, p.partition) for p in body.partitions]
-        settles: dict[tuple[str, int], list[tuple[int, Settle]]] = {}
+        # Every settlement as a run (an ack of the per-offset list is a run of one), numbered
+        # in request order (``acks`` first, then ``ackRuns``), grouped by partition.
+        settles: dict[tuple[str, int], list[tuple[int, SettleRun]]] = {}
         acks = list(body.acks)
-        for position, ack in enumerate(acks):
+        total = 0
+        for ack in acks:
             if ack.action >= len(ACTIONS):
                 raise InvalidRequestError(f"unknown acknowledgement action {ack.action}")
-            tp = (ack.topic, ack.partition)
-            settle = Settle(ack.offset, ack.deliveryCount, ACTIONS[ack.action], ack.ms)
-            settles.setdefault(tp, []).append((position, settle))
-        total = len(acks)
-        runs: list[tuple[int, int, int]] = []  # (position of its first item, count, offset)
-        for run in body.ackRuns:
-            action, count, first = run.action, run.count, run.offset
+            run = (ack.offset, 1, ack.deliveryCount, ACTIONS[ack.action], ack.ms)
+            settles.setdefault((ack.topic, ack.partition), []).append((total, run))
+            total += 1
+        count = len(acks)
+        for ack_run in body.ackRuns:
+            action, n = ack_run.action, ack_run.count
             if action >= len(ACTIONS):
                 raise InvalidRequestError(f"unknown acknowledgement action {action}")
-            if total + count > MAX_SETTLES:
+            if count + n > MAX_SETTLES:
                 raise InvalidRequestError(f"more than {MAX_SETTLES} settlements in one request")
-            kind, count_, ms = ACTIONS[action], run.deliveryCount, run.ms
-            new = tuple.__new__  # a NamedTuple's own __new__ costs a Python call per offset
-            settles.setdefault((run.topic, run.partition), []).extend(
-                (total + i, new(Settle, (first + i, count_, kind, ms))) for i in range(count)
-            )
-            runs.append((total, count, first))
-            total += count
+            run = (ack_run.offset, n, ack_run.deliveryCount, ACTIONS[action], ack_run.ms)
+            settles.setdefault((ack_run.topic, ack_run.partition), []).append((total, run))
+            total += 1
+            count += n
         max_records = body.maxRecords
         lock_ms = body.lockMs or None
         from_earliest = body.fromEarliest
         max_wait = min(body.maxWaitMs, MAX_WAIT_MS) / 1000
-        errors: list[LaminarError | None] = [None] * total  # per settlement, request order
-        found: dict[tuple[str, int], list[Delivery] | LaminarError] = {}
+        # per run (request order): its partition's error, or the offsets that failed
+        outcomes: list[RunOutcome] = [[] for _ in range(total)]
+        found: dict[tuple[str, int], list[AcquiredRun] | LaminarError] = {}
 
         async def one_pass(tps: list[tuple[str, int]], budget: int) -> int:
             got = 0
@@ -70,10 +71,10 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                 mine = settles.pop(tp, [])
                 try:
                     queues = service.queues(leader_replica(*tp))
-                    results, deliveries = await queues.fetch(
+                    results, acquired = await queues.fetch(
                         group,
                         member,
-                        [s for _p, s in mine],
+                        [run for _i, run in mine],
                         max(0, budget - got),
                         lock_ms,
                         from_earliest,
@@ -81,17 +82,21 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
                     )
                 except LaminarError as exc:
                     found.setdefault(tp, exc)
-                    for position, _settle in mine:
-                        errors[position] = exc
+                    for position, _run in mine:
+                        outcomes[position] = exc
                     continue
-                for (position, _settle), error in zip(mine, results, strict=True):
-                    errors[position] = error
+                if isinstance(results, LaminarError):
+                    for position, _run in mine:
+                        outcomes[position] = results
+                else:
+                    for (position, _run), failed in zip(mine, results, strict=True):
+                        outcomes[position] = failed
                 previous = found.get(tp)
                 if isinstance(previous, list):
-                    previous += deliveries
+                    previous += acquired
                 else:
-                    found[tp] = list(deliveries)
-                got += len(deliveries)
+                    found[tp] = list(acquired)
+                got += sum(hi - lo for lo, hi, _c, _d in acquired)
             return got
 
         deadline = asyncio.get_running_loop().time() + max_wait
@@ -104,7 +109,7 @@ def handlers(service: QueueService, leader_replica: LeaderReplica) -> dict[str, 
             await one_pass(wanted, max_records)
         as_runs = body.acquiredRuns
         lock = lock_ms or service.config_for(group).lock_ms
-        return _fill(response, service, leader_replica, found, acks, runs, errors, as_runs, lock)
+        return _fill(response, service, leader_replica, found, acks, outcomes, as_runs, lock)
 
     async def describe_queue(body: Any, response: Any, _payload: memoryview) -> None:
         group = body.group
@@ -147,10 +152,9 @@ def _fill(
     response: Any,
     service: QueueService,
     leader_replica: LeaderReplica,
-    found: dict[tuple[str, int], list[Delivery] | LaminarError],
+    found: dict[tuple[str, int], list[AcquiredRun] | LaminarError],
     acks: list[Any],
-    runs: list[tuple[int, int, int]],
-    errors: list[LaminarError | None],
+    outcomes: list[RunOutcome],
     as_runs: bool,
     lock_ms: int,
 ) -> list[bytes]:
@@ -168,15 +172,14 @@ def _fill(
         if as_runs:
             _fill_runs(slot, value)
         else:
-            acquired = slot.init("acquired", len(value))
-            for a, delivery in zip(acquired, value, strict=True):
-                a.offset = delivery.offset
-                a.deliveryCount = delivery.delivery_count
-                a.lockUntilMs = delivery.lock_until_ms
+            acquired = slot.init("acquired", sum(hi - lo for lo, hi, _c, _d in value))
+            listed = ((o, c, d) for lo, hi, c, d in value for o in range(lo, hi))
+            for a, (offset, count, until) in zip(acquired, listed, strict=True):
+                a.offset, a.deliveryCount, a.lockUntilMs = offset, count, until
         if not value:
             continue
         try:
-            batches = service.queues(leader_replica(*tp)).read(value)
+            batches = service.queues(leader_replica(*tp)).read((lo, hi) for lo, hi, _c, _d in value)
         except LaminarError as exc:
             fill_error(slot.error, exc)
             continue
@@ -185,37 +188,37 @@ def _fill(
         chunks += batches
         position += size
     slots = out.init("ackResults", len(acks))
-    for slot, ack, error in zip(slots, acks, errors, strict=False):
+    for slot, ack, outcome in zip(slots, acks, outcomes, strict=False):
         slot.topic, slot.partition, slot.offset = ack.topic, ack.partition, ack.offset
+        error = outcome if isinstance(outcome, LaminarError) else outcome[0][1] if outcome else None
         if error is not None:
             fill_error(slot.error, error)
-    if runs:
-        for slot, (position, count, first) in zip(
-            out.init("ackRunResults", len(runs)), runs, strict=True
+    run_outcomes = outcomes[len(acks) :]
+    if run_outcomes:
+        for slot, outcome in zip(
+            out.init("ackRunResults", len(run_outcomes)), run_outcomes, strict=True
         ):
-            mine = errors[position : position + count]
-            failed = [(first + i, e) for i, e in enumerate(mine) if e is not None]
-            if not failed:
-                continue
-            if len(failed) == count and all(e is failed[0][1] for _o, e in failed):
-                fill_error(slot.error, failed[0][1])  # the whole run (its partition) failed
-                continue
-            for f, (offset, error) in zip(slot.init("failed", len(failed)), failed, strict=True):
-                f.offset = offset
-                fill_error(f.error, error)
+            if isinstance(outcome, LaminarError):
+                fill_error(slot.error, outcome)  # the whole run (its partition) failed
+            elif outcome:
+                for f, (offset, error) in zip(
+                    slot.init("failed", len(outcome)), outcome, strict=True
+                ):
+                    f.offset = offset
+                    fill_error(f.error, error)
     return chunks
 
 
-def _fill_runs(slot: Any, deliveries: list[Delivery]) -> None:
-    """``deliveries`` as runs of consecutive offsets with one delivery count and lock."""
+def _fill_runs(slot: Any, acquired: list[AcquiredRun]) -> None:
+    """The acquired runs; neighbours with one delivery count and lock become one."""
     runs: list[list[int]] = []  # [offset, count, delivery count, lock until]
-    for (_member, offset, count), until in deliveries:
+    for lo, hi, count, until in acquired:
         if runs:
             last = runs[-1]
-            if offset == last[0] + last[1] and count == last[2] and until == last[3]:
-                last[1] += 1
+            if lo == last[0] + last[1] and count == last[2] and until == last[3]:
+                last[1] += hi - lo
                 continue
-        runs.append([offset, 1, count, until])
+        runs.append([lo, hi - lo, count, until])
     for out, (offset, n, count, until) in zip(
         slot.init("acquiredRuns", len(runs)), runs, strict=True
     ):

@@ -124,6 +124,7 @@ class RaftNode:
         self.lead = 0
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self._quorum_elapsed = 0
         self._timeout = cfg.election_tick
         self._reset_randomized_timeout()
         self.votes: dict[int, bool] = {}
@@ -298,6 +299,7 @@ class RaftNode:
         self._hb_seen = -1
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
+        self._quorum_elapsed = 0
         self._reset_randomized_timeout()
         self.votes = {}
         self.transferee = 0
@@ -368,18 +370,22 @@ class RaftNode:
     def _tick_leader(self) -> None:
         self.heartbeat_elapsed += 1
         self.election_elapsed += 1
+        self._quorum_elapsed += 1
         cfg = self.cfg
+        if cfg.check_quorum and self._quorum_elapsed >= (
+            cfg.check_quorum_tick or cfg.election_tick
+        ):
+            self._quorum_elapsed = 0
+            active = {nid for nid, pr in self.prs.items() if pr.recent_active}
+            active.add(self.id)
+            for nid, pr in self.prs.items():
+                if nid != self.id:
+                    pr.recent_active = False
+            if not has_quorum(self._conf.voters, active):
+                self._become_follower(self.term, 0)
+                return
         if self.election_elapsed >= cfg.election_tick:
             self.election_elapsed = 0
-            if cfg.check_quorum:
-                active = {nid for nid, pr in self.prs.items() if pr.recent_active}
-                active.add(self.id)
-                for nid, pr in self.prs.items():
-                    if nid != self.id:
-                        pr.recent_active = False
-                if not has_quorum(self._conf.voters, active):
-                    self._become_follower(self.term, 0)
-                    return
             self.transferee = 0
         if self.heartbeat_elapsed >= cfg.heartbeat_tick:
             self.heartbeat_elapsed = 0

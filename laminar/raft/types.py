@@ -126,6 +126,10 @@ class RaftConfig:
     heartbeat_tick: int = 1
     pre_vote: bool = True
     check_quorum: bool = True
+    check_quorum_tick: int = 0
+    """Ticks a leader may go without hearing from a majority before it steps down; 0: one
+    election timeout. Longer keeps leaders through a slow (CPU-starved) follower; a dead
+    one is noticed by the node's liveness checks, not by this."""
     max_inflight_msgs: int = 256
     max_inflight_bytes: int = 32 * MIB
     max_msg_bytes: int = 1 * MIB

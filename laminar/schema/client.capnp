@@ -52,6 +52,18 @@ struct Request {
     # with it still open, as the topic's ``operation`` shows).
     splitPartition @24 :SplitPartitionRequest;
     mergePartitions @25 :MergePartitionsRequest;
+    # Authentication and authorization (laminar/auth). Once the cluster has a user, a
+    # connection's first requests are a SCRAM-SHA-256 exchange: saslAuthenticate with the
+    # client-first message, then with the client-final one; anything else is refused with
+    # AuthenticationError until it succeeds. User and ACL management need a superuser.
+    saslAuthenticate @26 :SaslRequest;
+    createUser @27 :UserCredential;
+    alterUser @28 :UserCredential;   # a new password (credential); superuser unchanged
+    deleteUser @29 :Text;
+    listUsers @30 :Void;
+    addAcl @31 :AclRule;
+    removeAcl @32 :AclRule;
+    listAcls @33 :Void;
   }
 }
 
@@ -73,6 +85,9 @@ struct Response {
     shareFetch @13 :ShareFetchResponse;
     queue @14 :QueueDescription;
     queueConfig @15 :QueueConfig;
+    sasl @16 :SaslResponse;
+    users @17 :UserList;
+    acls @18 :AclList;
   }
 }
 
@@ -530,4 +545,48 @@ struct AlterQueueConfigRequest {
 struct QueueConfig {
   group @0 :Text;
   entries @1 :List(QueueConfigEntry);  # every setting, with the value the group runs with
+}
+
+# ------------------------------------------------------------------ users and ACLs (laminar/auth)
+
+struct SaslRequest {
+  mechanism @0 :Text;         # SCRAM-SHA-256 (the only one)
+  token @1 :Data;             # client-first, then client-final message (RFC 5802)
+}
+
+struct SaslResponse {
+  token @0 :Data;             # server-first, then server-final message
+  done @1 :Bool;              # authenticated: verify the server-final message
+}
+
+struct UserCredential {
+  # A SCRAM-SHA-256 credential made by the client (laminar.auth.scram.make_credential): the
+  # password never leaves it.
+  name @0 :Text;
+  salt @1 :Data;
+  iterations @2 :UInt32;      # at least 4096
+  storedKey @3 :Data;
+  serverKey @4 :Data;
+  superuser @5 :Bool;         # createUser only
+}
+
+struct UserInfo {
+  name @0 :Text;
+  superuser @1 :Bool;
+  iterations @2 :UInt32;
+}
+
+struct UserList {
+  users @0 :List(UserInfo);
+}
+
+struct AclRule {
+  principal @0 :Text;         # a user name, or * for every user
+  kind @1 :Text;              # topic, prefix or any
+  name @2 :Text;              # the topic or prefix ("" for any)
+  operation @3 :Text;         # produce, consume or admin
+}
+
+struct AclList {
+  rules @0 :List(AclRule);
 }

@@ -381,9 +381,13 @@ def decode_into(
     try:
         for _ in range(h.record_count):
             b = buf[pos]
-            if b < 0x80:  # single-byte varints (nearly all of them) are read inline
+            if b < 0x80:  # one- and two-byte varints (nearly all of them) are read inline
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                length = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 length, pos = dec(buf, pos, end)
             rec_end = pos + length
@@ -394,12 +398,20 @@ def decode_into(
             if b < 0x80:
                 tsd = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                tsd = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 tsd, pos = dec(buf, pos, rec_end)
             b = buf[pos]
             if b < 0x80:
                 od = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif pos + 1 < rec_end and buf[pos + 1] < 0x80:
+                b = (b & 0x7F) | (buf[pos + 1] << 7)
+                od = (b >> 1) ^ -(b & 1)
+                pos += 2
             else:
                 od, pos = dec(buf, pos, rec_end)
             if until_offset is not None:
@@ -426,6 +438,11 @@ def decode_into(
                 pos += 1
                 value = buf[pos : pos + (b >> 1)]
                 pos += b >> 1
+            elif b >= 0x80 and not b & 1 and buf[pos + 1] < 0x80:  # 64 to 8191 bytes
+                n = ((b & 0x7F) | (buf[pos + 1] << 7)) >> 1
+                pos += 2
+                value = buf[pos : pos + n]
+                pos += n
             else:
                 value, pos = _read_bytes(buf, pos, rec_end)
             if buf[pos] == 0:

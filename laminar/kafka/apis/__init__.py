@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from laminar.kafka.api import Api
 from laminar.kafka.apis import (
+    acls,
     api_versions,
     consumer_group_describe,
     consumer_group_heartbeat,
@@ -30,7 +31,10 @@ from laminar.kafka.apis import (
     offset_commit,
     offset_fetch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
+    user_scram_credentials,
 )
 
 MODULES = [
@@ -58,6 +62,9 @@ MODULES = [
     delete_groups,
     consumer_group_heartbeat,
     consumer_group_describe,
+    # SASL/SCRAM-SHA-256 (laminar/auth)
+    sasl_handshake,
+    sasl_authenticate,
 ]
 
 SERVED: dict[int, Api] = {}
@@ -70,3 +77,8 @@ def register(api: Api) -> None:
 
 for _module in MODULES:
     register(_module.API)
+register(user_scram_credentials.DESCRIBE_API)
+register(acls.DESCRIBE_API)
+register(acls.CREATE_API)
+register(acls.DELETE_API)
+register(user_scram_credentials.ALTER_API)

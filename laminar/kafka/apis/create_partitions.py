@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import ADMIN
 from laminar.errors import InvalidRequestError, LaminarError
 from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
@@ -60,6 +61,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         result: dict[str, Any] = {"name": name, "error_code": 0}
         results.append(result)
         try:
+            ctx.authorize(ADMIN, name)
             if item["assignments"]:
                 raise KafkaError(errors.INVALID_REPLICA_ASSIGNMENT, "laminar places replicas")
             topic = broker.topics.get(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import ADMIN
 from laminar.errors import InvalidRequestError, LaminarError, NotEnoughReplicasError
 from laminar.kafka import errors, topic_configs
 from laminar.kafka.api import Api, RequestContext
@@ -84,6 +85,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         result: dict[str, Any] = {"name": name, "error_code": 0}
         out.append(result)
         try:
+            ctx.authorize(ADMIN, name)
             if item["assignments"]:
                 raise InvalidRequestError("laminar places replicas itself")
             partitions = item["num_partitions"]

@@ -6,6 +6,7 @@ from typing import Any
 
 from laminar.durable import Reply
 from laminar.errors import GroupIdNotFoundError
+from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
 from laminar.kafka.codec import INT16, INT32, STRING, Array, F, Struct
 from laminar.kafka.group_calls import try_call
@@ -27,7 +28,11 @@ def _delete(c: Any, group: str) -> Reply[None]:
 
 async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     results = []
+    superuser = ctx.broker.authorizer.allowed_superuser(ctx.session.principal)
     for group in request["groups_names"]:
+        if not superuser:
+            results.append({"group_id": group, "error_code": errors.GROUP_AUTHORIZATION_FAILED})
+            continue
         _value, code = await try_call(ctx, group, lambda c, _now, g=group: _delete(c, g))
         results.append({"group_id": group, "error_code": code})
     return {"throttle_time_ms": 0, "results": results}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import ADMIN
 from laminar.errors import LaminarError
 from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
@@ -51,6 +52,10 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         result: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0}
         out.append(result)
         topic = broker.topics.get(name) if name is not None else None
+        if name is not None and not broker.authorizer.allowed(ctx.session.principal, ADMIN, name):
+            result["error_code"] = errors.TOPIC_AUTHORIZATION_FAILED
+            result["error_message"] = f"not allowed to delete topic {name!r}"
+            continue
         if topic is None:
             result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION
             continue

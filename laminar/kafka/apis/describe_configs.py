@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.errors import LaminarError
 from laminar.kafka import errors, topic_configs
 from laminar.kafka.api import Api, RequestContext
 from laminar.kafka.codec import BOOL, INT8, INT16, INT32, STRING, Array, F, Struct
@@ -72,6 +73,14 @@ RESPONSE = Struct(
 )
 
 
+def _may_describe(ctx: RequestContext, topic: str) -> bool:
+    try:
+        ctx.authorize_describe(topic)
+    except LaminarError:
+        return False
+    return True
+
+
 async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     broker = ctx.broker
     results = []
@@ -85,6 +94,9 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         }
         results.append(result)
         if kind == RESOURCE_TOPIC:
+            if not _may_describe(ctx, name):
+                result["error_code"] = errors.TOPIC_AUTHORIZATION_FAILED
+                continue
             topic = broker.topics.get(name)
             if topic is None:
                 result["error_code"] = errors.UNKNOWN_TOPIC_OR_PARTITION

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import CONSUME
 from laminar.errors import LaminarError, OffsetOutOfRangeError
 from laminar.kafka import errors, records
 from laminar.kafka.api import Api, RequestContext
@@ -96,6 +97,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         name = topic["topic"]
         for part in topic["partitions"]:
             try:
+                ctx.authorize(CONSUME, name)
                 replica = io.any_replica(name, part["partition"])
                 io.check_fetch_offset(replica, part["fetch_offset"])
                 asks.append((name, part, replica))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import ADMIN
 from laminar.errors import InvalidRequestError, LaminarError
 from laminar.kafka import errors, topic_configs
 from laminar.kafka.api import Api, RequestContext
@@ -96,6 +97,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         try:
             if kind != RESOURCE_TOPIC:
                 raise KafkaError(errors.INVALID_REQUEST, f"resource type {kind} is not altered")
+            ctx.authorize(ADMIN, name)
             if name not in broker.topics:
                 raise KafkaError(errors.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
             changes = changes_of(broker, resource["configs"])

@@ -80,6 +80,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
             out: dict[str, Any] = {"partition_index": part["partition_index"], "error_code": 0}
             parts.append(out)
             try:
+                ctx.authorize_describe(name)
                 # Offsets are asked of the leader (clients send it there; its high watermark
                 # is the freshest).
                 replica = io.leader_replica(name, part["partition_index"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import CONSUME
 from laminar.groups.coordinator import MAX_METADATA_CHARS
 from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
@@ -62,7 +63,9 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
         for p in t["partitions"]:
             tp = (t["name"], p["partition_index"])
             metadata = p["committed_metadata"] or ""
-            if topic is None or not 0 <= tp[1] < len(topic.partitions):
+            if not ctx.broker.authorizer.allowed(ctx.session.principal, CONSUME, tp[0]):
+                codes[tp] = errors.TOPIC_AUTHORIZATION_FAILED
+            elif topic is None or not 0 <= tp[1] < len(topic.partitions):
                 codes[tp] = errors.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata) > MAX_METADATA_CHARS:
                 codes[tp] = OFFSET_METADATA_TOO_LARGE

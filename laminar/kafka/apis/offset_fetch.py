@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import CONSUME
 from laminar.kafka import errors
 from laminar.kafka.api import Api, RequestContext
 from laminar.kafka.codec import BOOL, INT16, INT32, INT64, STRING, Array, F, Struct
@@ -74,13 +75,18 @@ async def _fetch(
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, index in partitions:
         stored = found.get((topic, index))
+        allowed = ctx.broker.authorizer.allowed(ctx.session.principal, CONSUME, topic)
+        if not allowed and wanted is None:
+            continue  # all of the group's offsets: those the user may read (as Kafka does)
+        if not allowed:
+            stored = None
         by_topic.setdefault(topic, []).append(
             {
                 "partition_index": index,
                 "committed_offset": stored.offset if stored else -1,
                 "committed_leader_epoch": -1,
                 "metadata": stored.metadata if stored else "",
-                "error_code": errors.NONE,
+                "error_code": errors.NONE if allowed else errors.TOPIC_AUTHORIZATION_FAILED,
             }
         )
     return [{"name": t, "partitions": ps} for t, ps in by_topic.items()], errors.NONE

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from laminar.auth.acl import PRODUCE
 from laminar.errors import LaminarError
 from laminar.kafka import errors, records
 from laminar.kafka.api import Api, RequestContext
@@ -89,6 +90,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
                     raise KafkaError(errors.INVALID_REQUIRED_ACKS, f"acks={acks}")
                 if broker.is_internal(name):
                     raise KafkaError(errors.INVALID_TOPIC_EXCEPTION, f"{name} is internal")
+                ctx.authorize(PRODUCE, name)
                 replica = io.leader_replica(name, part["index"])
                 data = part["records"]
                 if data is None or not len(data):

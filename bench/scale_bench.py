@@ -1,0 +1,251 @@
+"""Cluster scale: a many-partition topic on a real 3-node cluster, measured as a user meets it.
+
+One run measures a small baseline topic (``--baseline``, 30 partitions) and then the big one
+(``--partitions``), each on a fresh 3-node ``LocalCluster`` with replication factor 3, through
+the public ``Admin`` and ``Producer`` only:
+
+- ``create_s``: ``create_topic`` until it answers;
+- ``all_led_s``: from the create until ``describe_topic`` names a leader for every partition
+  *and* ``cluster status`` lists every partition as led (the leaders' own view);
+- ``describe_s`` / ``status_s``: latency of those two calls once all are led (median of 3);
+- ``idle_cpu_pct`` / ``rss_mib`` per node: CPU over an idle window (% of one core) and memory;
+- ``first_write_s``: one acks=all record to every partition;
+- ``failover_s``: SIGKILL of the node leading most partitions, until every partition has
+  accepted an acks=all record again (the producer was running before the kill, so election
+  and the client's discovery of the new leaders both count);
+- ``restart_ready_s``: the killed node restarted, until it answers, the gossip calls it alive
+  and every leader reports it caught up on every partition;
+- ``cpu_s`` per phase and node: CPU-seconds, steadier than wall time on a loaded machine.
+
+Every phase notes the load average. The last line printed is one JSON object.
+
+    python bench/scale_bench.py --partitions 3000 --quick
+    python bench/scale_bench.py --partitions 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from laminar.client import Admin, Producer
+from laminar.client.localcluster import LocalCluster, free_port_pairs
+
+TOPIC = "scale"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU of a process so far."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def rss_mib(pid: int | None) -> float:
+    if pid is None:
+        return 0.0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return 0.0
+
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+class CpuMeter:
+    """CPU-seconds each node process spent between two readings (a restarted node counts
+    from its new process's start; a dead one is left out)."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.start = self._read()
+
+    def _read(self) -> dict[int, tuple[int | None, float]]:
+        return {
+            n: (node.pid if node.running else None, cpu_seconds(node.pid) if node.running else 0.0)
+            for n, node in self.cluster.nodes.items()
+        }
+
+    def lap(self) -> dict[str, float]:
+        now = self._read()
+        spent = {}
+        for n, (pid, seconds) in now.items():
+            if pid is None:
+                continue
+            before_pid, before = self.start.get(n, (None, 0.0))
+            spent[str(n)] = round(seconds - (before if before_pid == pid else 0.0), 2)
+        self.start = now
+        return spent
+
+
+async def timed(call: Any) -> tuple[float, Any]:
+    started = time.perf_counter()
+    result = await call
+    return time.perf_counter() - started, result
+
+
+async def wait_all_led(admin: Admin, partitions: int, timeout: float) -> tuple[bool, int, int]:
+    """Until describe_topic and cluster status both show a leader for every partition;
+    returns (all led, led per describe, led per status) as last seen."""
+    deadline = time.monotonic() + timeout
+    described = statused = 0
+    while time.monotonic() < deadline:
+        try:
+            topic = await admin.describe_topic(TOPIC)
+            described = sum(1 for p in topic.partitions if p.leader)
+            if described == partitions:
+                status = await admin.cluster_status()
+                statused = len({p.partition for p in status.partitions if p.topic == TOPIC})
+                if statused == partitions:
+                    return True, described, statused
+        except Exception:  # a node busy creating may time out: ask again
+            pass
+        await asyncio.sleep(0.2)
+    return False, described, statused
+
+
+async def write_everywhere(producer: Producer, partitions: int, timeout: float) -> float:
+    """One acks=all record to every partition; seconds until all are acknowledged."""
+    started = time.perf_counter()
+    futures = [await producer.send(TOPIC, b"x" * 100, partition=p) for p in range(partitions)]
+    try:
+        await asyncio.wait_for(asyncio.gather(*futures), timeout)
+    except TimeoutError:
+        return float("nan")  # (reported as NaN: not all within the bound)
+    return time.perf_counter() - started
+
+
+async def restart_ready(cluster: LocalCluster, admin: Admin, node_id: int, timeout: float) -> float:
+    """Restart ``node_id``; seconds until it answers, is alive and is caught up everywhere."""
+    started = time.perf_counter()
+    cluster.start_node(node_id)
+    address = cluster.nodes[node_id].client_address
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        try:
+            async with Admin(address, request_timeout_ms=2_000) as own:
+                await own.cluster_status()
+            status = await admin.cluster_status()
+        except Exception:  # still starting
+            continue
+        alive = any(m.node_id == node_id and m.state == "alive" for m in status.members)
+        behind = [
+            p for p in status.partitions for r in p.replicas if r.node_id == node_id and r.lag > 0
+        ]
+        hosted = sum(1 for p in status.partitions for r in p.replicas if r.node_id == node_id)
+        faults = [f for f in status.faults if f.node_id == node_id]
+        if alive and not behind and not faults and hosted > 0:
+            return time.perf_counter() - started
+    return float("nan")
+
+
+async def measure(partitions: int, idle_seconds: float, led_timeout: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"partitions": partitions}
+    with tempfile.TemporaryDirectory(prefix="scale-bench-") as root:
+        cluster = LocalCluster(Path(root), free_port_pairs(3), log_level="warning")
+        cluster.start()
+        try:
+            await cluster.wait_ready(60)
+            meter = CpuMeter(cluster)
+            async with Admin(cluster.bootstrap, request_timeout_ms=60_000) as admin:
+                out["load_create"] = load()
+                out["create_s"], _ = await timed(
+                    admin.create_topic(TOPIC, partitions=partitions, replication_factor=3)
+                )
+                out["all_led_s"], (ok, described, statused) = await timed(
+                    wait_all_led(admin, partitions, led_timeout)
+                )
+                out["all_led_s"] += out["create_s"]
+                out["all_led"] = ok
+                if not ok:
+                    out["led_describe"], out["led_status"] = described, statused
+                out["cpu_s_create"] = meter.lap()
+                out["load_led"] = load()
+                describe = [(await timed(admin.describe_topic(TOPIC)))[0] for _ in range(3)]
+                status = [(await timed(admin.cluster_status()))[0] for _ in range(3)]
+                out["describe_s"] = statistics.median(describe)
+                out["status_s"] = statistics.median(status)
+                if not ok:
+                    return out
+                # idle: nothing but the cluster's own upkeep
+                await asyncio.sleep(1.0)
+                meter.lap()
+                out["load_idle"] = load()
+                await asyncio.sleep(idle_seconds)
+                out["idle_cpu_pct"] = {
+                    n: round(100 * s / idle_seconds, 2) for n, s in meter.lap().items()
+                }
+                out["rss_mib"] = {str(n): rss_mib(node.pid) for n, node in cluster.nodes.items()}
+                async with Producer(
+                    cluster.bootstrap,
+                    acks="all",
+                    linger_ms=1,
+                    retries=1_000,
+                    retry_backoff_ms=50,
+                    delivery_timeout_ms=300_000,
+                ) as producer:
+                    out["first_write_s"] = await write_everywhere(producer, partitions, 300)
+                    topic = await admin.describe_topic(TOPIC)
+                    leaders = Counter(p.leader for p in topic.partitions)
+                    victim, led = leaders.most_common(1)[0]
+                    out["victim"], out["victim_led"] = victim, led
+                    meter.lap()
+                    out["load_failover"] = load()
+                    killed = time.perf_counter()
+                    cluster.kill_node(victim)
+                    written = await write_everywhere(producer, partitions, 300)
+                    # (NaN when not every partition took its write within the bound)
+                    out["failover_s"] = (
+                        written if math.isnan(written) else time.perf_counter() - killed
+                    )
+                    out["cpu_s_failover"] = meter.lap()
+                out["load_restart"] = load()
+                out["restart_ready_s"] = await restart_ready(cluster, admin, victim, 300)
+                out["cpu_s_restart"] = meter.lap()
+        finally:
+            cluster.stop()
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=10_000)
+    parser.add_argument("--baseline", type=int, default=30)
+    parser.add_argument("--quick", action="store_true", help="short idle window, tighter bounds")
+    args = parser.parse_args()
+    idle = 5.0 if args.quick else 15.0
+    led_timeout = 120.0 if args.quick else 300.0
+    baseline = await measure(args.baseline, idle, led_timeout)
+    print("baseline", json.dumps(baseline), flush=True)
+    big = await measure(args.partitions, idle, led_timeout)
+    print("big", json.dumps(big), flush=True)
+    print(json.dumps({"bench": "scale", "quick": args.quick, "baseline": baseline, "big": big}))
+
+
+if __name__ == "__main__":
+    uvloop.run(main())
