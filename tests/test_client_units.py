@@ -269,3 +269,23 @@ async def test_accumulator_linger_zero_sends_at_once_when_idle() -> None:
     assert look  # the sender is woken for the new batch
     ready, _ = acc.ready(now=10.0)
     assert len(ready) == 1  # no linger: it leaves in the same loop turn
+    acc.start_sending(ready)
+    ready[0].complete(0)
+    acc.finished(ready[0])
+    acc.append(TP, None, b"x", (), 0, now=10.0)
+    first, _ = acc.ready(now=10.0)
+    acc.start_sending(first)
+    acc.append(TP, None, b"y", (), 0, now=10.0)
+    # A batch still taking records waits for the one in flight rather than going alone...
+    assert acc.ready(now=20.0)[0] == []
+    small = RecordAccumulator(batch_bytes=100, linger=0.0, producer_id=7, max_in_flight=5)
+    small.append(TP, None, b"x", (), 0, now=0.0)
+    sent, _ = small.ready(now=0.0)
+    small.start_sending(sent)
+    sent[0].complete(0)
+    small.finished(sent[0])
+    small.append(TP, None, b"x", (), 0, now=0.0)
+    small.start_sending(small.ready(now=0.0)[0])
+    small.append(TP, None, b"z" * 80, (), 0, now=0.0)  # fills its batch
+    ready, _ = small.ready(now=0.0)
+    assert len(ready) == 1  # ...but a full one is pipelined behind it
