@@ -1,11 +1,13 @@
 """The asyncio producer: buffer records per partition, send batches to partition leaders.
 
 ``send`` only buffers; one sender task turns ready batches into one produce request per leader
-node. A batch that hits a retriable error (not leader, timeout, lost connection) goes back to
-the head of its partition's queue after a metadata refresh and a backoff, so per-partition order
-holds. Every batch carries this producer's random id and a per-partition sequence, and a retry
-resends the same bytes, so a node that already wrote the batch (the reply was lost) answers
-with the first write's offsets instead of writing it twice.
+node, with up to ``max_in_flight_per_partition`` (full) batches of a partition in flight. A batch
+that hits a retriable error (not leader, timeout, lost connection) goes back into its
+partition's queue in its place after a metadata refresh and a backoff, and the batches behind it
+(refused by the node as out of order, or failed alike) follow it in order, so per-partition
+order holds. Every batch carries this producer's random id and a per-partition sequence, and a
+retry resends the same bytes, so a node that already wrote the batch (the reply was lost)
+answers with the first write's offsets instead of writing it twice.
 """
 
 from __future__ import annotations
@@ -366,7 +368,7 @@ class Producer:
             sticky = self._partitioner(topic, None, count)
             if keys is None and self._default_partitioner is not None:
                 # Whole batches: start at the partition with the shortest queue (Kafka's
-                # adaptive partitioning), as each partition has one batch in flight at a time.
+                # adaptive partitioning): a partition's batches in flight are limited.
                 sticky = min(
                     ((sticky + i) % count for i in range(count)),
                     key=lambda p: accumulator.queued(tps[p]),
