@@ -125,6 +125,29 @@ class PartitionRetiredError(LaminarError):
     code = 16
 
 
+class OutOfOrderSequenceError(LaminarError):
+    """An idempotent producer's batch does not follow the last one this partition stored for it
+    (its base sequence is not the last sequence + 1, nor a batch already written): nothing was
+    stored. Retriable: an earlier batch of the same partition failed or is being retried, and
+    this one is resent after it (a producer with several batches in flight per partition)."""
+
+    code = 17
+
+
+class DuplicateSequenceError(LaminarError):
+    """An idempotent producer resent a batch older than the ones this partition remembers for
+    it: it was written before, but its offsets are no longer known. Nothing was stored."""
+
+    code = 18
+
+
+class InvalidProducerEpochError(LaminarError):
+    """A batch carries an older producer epoch than one this partition already stored for the
+    same producer id (a fenced, older incarnation): nothing was stored."""
+
+    code = 19
+
+
 # Authentication and authorization (laminar/auth): codes 50-59.
 
 
@@ -274,6 +297,9 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         DiskFullError,
         PartitionSealedError,
         PartitionRetiredError,
+        OutOfOrderSequenceError,
+        DuplicateSequenceError,
+        InvalidProducerEpochError,
         AuthenticationError,
         AuthorizationError,
         UnknownMemberIdError,

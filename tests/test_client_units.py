@@ -192,3 +192,100 @@ async def test_accumulator_stamps_producer_id_and_sequences() -> None:
     again, _ = acc.ready(now=1.0)
     acc.start_sending(again)
     assert again[0].data is data and verify_batch(data or b"").base_sequence == 3
+
+
+async def test_accumulator_pipelines_up_to_max_in_flight_in_order() -> None:
+    acc = RecordAccumulator(batch_bytes=100, linger=0.0, producer_id=7, max_in_flight=3)
+    for i in range(8):
+        acc.append(TP, None, b"z" * 60, (), i, now=0.0)  # one record per batch
+    sent = []
+    for _ in range(2):  # one batch of a partition per ready() (one per request)
+        ready, _ = acc.ready(now=0.0)
+        assert len(ready) == 1
+        acc.start_sending(ready)
+        sent += ready
+        if len(sent) == 1:
+            # Until the node acknowledged one batch, only one goes (it may not know us yet).
+            assert acc.ready(now=0.0)[0] == []
+            sent[0].complete(0)
+            acc.finished(sent[0])
+    for _ in range(2):
+        ready, _ = acc.ready(now=0.0)
+        acc.start_sending(ready)
+        sent += ready
+    assert acc.ready(now=0.0)[0] == []  # three in flight: the limit
+    sequences = [verify_batch(b.data or b"").base_sequence for b in sent]
+    assert sequences == [0, 1, 2, 3]  # contiguous, in send order
+    # The second fails retriably; the two behind it come back refused (out of order).
+    acc.requeue(sent[1], retry_at=0.5)
+    acc.requeue(sent[3], retry_at=0.0, rebuild=True, counted=False)
+    ready, _ = acc.ready(now=1.0)
+    assert ready == []  # the retry waits for every batch sent before it to come back
+    acc.requeue(sent[2], retry_at=0.0, rebuild=True, counted=False)
+    order = []
+    for round_ in range(3):
+        ready, _ = acc.ready(now=1.0)
+        assert len(ready) == 1
+        acc.start_sending(ready)
+        order += ready
+        if round_ < 2:
+            assert acc.ready(now=1.0)[0] == []  # the next resent batch waits for this one
+        ready[0].complete(0)
+        acc.finished(ready[0])
+    assert order == sent[1:4]  # resent in the original order, with the same bytes
+    assert [verify_batch(b.data or b"").base_sequence for b in order] == [1, 2, 3]
+    ready, _ = acc.ready(now=1.0)  # then new batches pipeline again, continuing the sequence
+    acc.start_sending(ready)
+    assert verify_batch(ready[0].data or b"").base_sequence == 4
+
+
+async def test_accumulator_new_epoch_after_a_batch_failed_for_good() -> None:
+    acc = RecordAccumulator(batch_bytes=100, linger=0.0, producer_id=7, max_in_flight=5)
+    for i in range(4):
+        acc.append(TP, None, b"z" * 60, (), i, now=0.0)
+    first, _ = acc.ready(now=0.0)
+    acc.start_sending(first)
+    first[0].complete(0)
+    acc.finished(first[0])
+    sent = []
+    for _ in range(2):
+        ready, _ = acc.ready(now=0.0)
+        acc.start_sending(ready)
+        sent += ready
+    sent[0].fail(ValueError("refused for good"))  # sequence 1 will never be written
+    acc.finished(sent[0])
+    assert acc.stale(sent[1])
+    assert acc.ready(now=0.0)[0] == []  # drains: nothing of the new epoch while one is out
+    acc.requeue(sent[1], retry_at=0.0, rebuild=True, counted=False)  # refused: rebuilt
+    ready, _ = acc.ready(now=0.0)
+    acc.start_sending(ready)
+    header = verify_batch(ready[0].data or b"")
+    assert ready == [sent[1]] and (header.producer_epoch, header.base_sequence) == (1, 0)
+
+
+async def test_accumulator_linger_zero_sends_at_once_when_idle() -> None:
+    acc = RecordAccumulator(batch_bytes=1 << 20, linger=0.0, producer_id=7, max_in_flight=5)
+    _, look = acc.append(TP, None, b"x", (), 0, now=10.0)
+    assert look  # the sender is woken for the new batch
+    ready, _ = acc.ready(now=10.0)
+    assert len(ready) == 1  # no linger: it leaves in the same loop turn
+    acc.start_sending(ready)
+    ready[0].complete(0)
+    acc.finished(ready[0])
+    acc.append(TP, None, b"x", (), 0, now=10.0)
+    first, _ = acc.ready(now=10.0)
+    acc.start_sending(first)
+    acc.append(TP, None, b"y", (), 0, now=10.0)
+    # A batch still taking records waits for the one in flight rather than going alone...
+    assert acc.ready(now=20.0)[0] == []
+    small = RecordAccumulator(batch_bytes=100, linger=0.0, producer_id=7, max_in_flight=5)
+    small.append(TP, None, b"x", (), 0, now=0.0)
+    sent, _ = small.ready(now=0.0)
+    small.start_sending(sent)
+    sent[0].complete(0)
+    small.finished(sent[0])
+    small.append(TP, None, b"x", (), 0, now=0.0)
+    small.start_sending(small.ready(now=0.0)[0])
+    small.append(TP, None, b"z" * 80, (), 0, now=0.0)  # fills its batch
+    ready, _ = small.ready(now=0.0)
+    assert len(ready) == 1  # ...but a full one is pipelined behind it

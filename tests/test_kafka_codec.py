@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from laminar.errors import CorruptBatchError
-from laminar.kafka import errors, records, sequences
+from laminar.errors import CorruptBatchError, LaminarError
+from laminar.kafka import errors, records
 from laminar.kafka.apis import SERVED
 from laminar.kafka.codec import (
     VERSION_MAX,
@@ -28,8 +28,8 @@ from laminar.kafka.codec import (
     encode_response,
     versions,
 )
-from laminar.kafka.errors import KafkaError
 from laminar.kafka.server import flexible_of, unsupported_response
+from laminar.node import sequences
 from laminar.node.producers import ProducerTable
 from laminar.segment import batch as lb
 
@@ -281,17 +281,17 @@ def test_kafka_sequence_rules() -> None:
     assert sequences.check(table, first) is None
     table.record(first, 10, 14)
     assert sequences.check(table, header(9, 0, 0, 5)).base_offset == 10  # a retry
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(LaminarError) as info:
         sequences.check(table, header(9, 0, 6, 1))  # a gap
-    assert info.value.kafka_code == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert errors.code_of(info.value) == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert sequences.check(table, header(9, 0, 5, 2)) is None  # the next one
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(LaminarError) as info:
         sequences.check(table, header(9, 1, 3, 1))  # a new epoch must start at 0
-    assert info.value.kafka_code == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert errors.code_of(info.value) == errors.OUT_OF_ORDER_SEQUENCE_NUMBER
     bumped = header(9, 1, 0, 1)
     assert sequences.check(table, bumped) is None
     table.record(bumped, 20, 20)
-    with pytest.raises(KafkaError) as info:
+    with pytest.raises(LaminarError) as info:
         sequences.check(table, header(9, 0, 5, 1))  # the old epoch is fenced
-    assert info.value.kafka_code == errors.INVALID_PRODUCER_EPOCH
+    assert errors.code_of(info.value) == errors.INVALID_PRODUCER_EPOCH
     assert sequences.check(table, header(-1, -1, -1, 1)) is None  # not idempotent

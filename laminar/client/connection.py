@@ -20,6 +20,7 @@ from laminar.errors import (
     NotCoordinatorError,
     NotEnoughReplicasError,
     NotLeaderError,
+    OutOfOrderSequenceError,
     ProtocolError,
     RequestTimeoutError,
     UnknownPartitionError,
@@ -54,6 +55,7 @@ RETRIABLE = (
     NotCoordinatorError,
     UnknownTopicError,
     UnknownPartitionError,
+    OutOfOrderSequenceError,
     ConnectionError,
     OSError,
 )

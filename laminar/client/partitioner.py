@@ -6,8 +6,8 @@ Unkeyed records stick to one partition until its batch is closed, then move on (
 partitioner): batches fill up instead of spreading a trickle of records over every partition.
 They move to a partition with nothing in flight or queued when there is one (as Kafka's
 adaptive partitioning favours short queues), when their batch closes and when the sticky one
-has a batch in flight: a partition has at most one batch in flight, so a record sent to a busy
-one waits a whole acknowledgement round trip before it can leave.
+has a batch in flight: a partial batch does not join batches in flight (only full ones are
+pipelined), so a record sent to a busy one waits an acknowledgement round trip to leave.
 """
 
 from __future__ import annotations

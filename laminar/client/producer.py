@@ -1,11 +1,13 @@
 """The asyncio producer: buffer records per partition, send batches to partition leaders.
 
 ``send`` only buffers; one sender task turns ready batches into one produce request per leader
-node. A batch that hits a retriable error (not leader, timeout, lost connection) goes back to
-the head of its partition's queue after a metadata refresh and a backoff, so per-partition order
-holds. Every batch carries this producer's random id and a per-partition sequence, and a retry
-resends the same bytes, so a node that already wrote the batch (the reply was lost) answers
-with the first write's offsets instead of writing it twice.
+node, with up to ``max_in_flight_per_partition`` (full) batches of a partition in flight. A batch
+that hits a retriable error (not leader, timeout, lost connection) goes back into its
+partition's queue in its place after a metadata refresh and a backoff, and the batches behind it
+(refused by the node as out of order, or failed alike) follow it in order, so per-partition
+order holds. Every batch carries this producer's random id and a per-partition sequence, and a
+retry resends the same bytes, so a node that already wrote the batch (the reply was lost)
+answers with the first write's offsets instead of writing it twice.
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ from laminar.client.types import (
 )
 from laminar.errors import (
     CorruptBatchError,
+    DuplicateSequenceError,
+    InvalidProducerEpochError,
     LaminarError,
     NotLeaderError,
+    OutOfOrderSequenceError,
     PartitionSealedError,
     UnknownPartitionError,
     UnknownTopicError,
@@ -122,8 +127,14 @@ class Producer:
         ssl: SSLContext | None = None,
         username: str | None = None,
         password: str | None = None,
+        max_in_flight_per_partition: int | None = None,
     ) -> None:
-        """``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
+        """``max_in_flight_per_partition``: batches of one partition sent before the first
+        is acknowledged (Kafka's ``max.in.flight.requests.per.connection``); default 5 for an
+        idempotent producer, whose sequences let the node keep them in order across retries,
+        and 1 otherwise (more than 1 without idempotence may reorder records on a retry).
+
+        ``compression``: None, "gzip", "snappy", "lz4" or "zstd" (Kafka's codecs and
         formats): each batch's records are compressed once, when it is built, and stored and
         served compressed; readers decompress. ``compression_level`` overrides the codec's
         default (gzip 0-9, default 6; lz4 0-16, default 1; zstd -7-22, default 3).
@@ -148,6 +159,11 @@ class Producer:
         self.delivery_timeout = delivery_timeout_ms / 1000
         self.metadata_timeout = metadata_timeout_ms / 1000
         self.buffer_bytes = buffer_bytes
+        if max_in_flight_per_partition is None:
+            max_in_flight_per_partition = 5 if idempotent else 1
+        if max_in_flight_per_partition < 1:
+            raise ValueError("max_in_flight_per_partition must be >= 1")
+        self.max_in_flight_per_partition = max_in_flight_per_partition
         self._batch_bytes = batch_bytes
         self._linger = linger_ms / 1000
         self._default_partitioner = DefaultPartitioner() if partitioner is None else None
@@ -161,6 +177,9 @@ class Producer:
         self._closed = False
         self._partition_cache: dict[str, CachedTopic] = {}
         self._reroutes: set[asyncio.Task[None]] = set()
+        self._held: dict[TopicPartition, list[ProducerBatch]] = {}
+        """Batches a sealed partition refused (not written), kept until every other batch of
+        it in flight or to be resent has its answer; then all go elsewhere together."""
         self._rerouting: dict[str, tuple[list[int], asyncio.Event]] = {}
         """Topic -> (re-routes running, set when none is): sends to it wait meanwhile."""
         # A random id is unique enough: 62 bits, one per Producer object.
@@ -184,6 +203,7 @@ class Producer:
             loop=asyncio.get_running_loop(),
             compression=self.compression,
             compression_level=self.compression_level,
+            max_in_flight=self.max_in_flight_per_partition,
         )
         self._sender = asyncio.create_task(self._run_sender(), name="laminar-producer-sender")
 
@@ -348,7 +368,7 @@ class Producer:
             sticky = self._partitioner(topic, None, count)
             if keys is None and self._default_partitioner is not None:
                 # Whole batches: start at the partition with the shortest queue (Kafka's
-                # adaptive partitioning), as each partition has one batch in flight at a time.
+                # adaptive partitioning): a partition's batches in flight are limited.
                 sticky = min(
                     ((sticky + i) % count for i in range(count)),
                     key=lambda p: accumulator.queued(tps[p]),
@@ -464,7 +484,12 @@ class Producer:
         while True:
             self._wakeup.clear()
             batches, wake_at = self._dispatch()
-            if accumulator.closing and accumulator.empty() and not self._reroutes:
+            if (
+                accumulator.closing
+                and accumulator.empty()
+                and not self._reroutes
+                and not self._held
+            ):
                 return
             if batches:
                 continue  # retries put back just now may already be due
@@ -593,14 +618,29 @@ class Producer:
             self._wakeup.set()
 
     def _done(self, batch: ProducerBatch, error: LaminarError | None, base_offset: int) -> None:
-        if isinstance(error, PartitionSealedError):
-            self._reroute(batch)
+        tp = batch.tp
+        if isinstance(error, PartitionSealedError) or (
+            tp in self._held and isinstance(error, OutOfOrderSequenceError)
+        ):
+            # Refused, so not written: held back until the partition's other batches in
+            # flight have their answers (one sent before it may still be written there).
+            assert self._accumulator is not None
+            self._accumulator.hold(batch)
+            self._held.setdefault(tp, []).append(batch)
+            self._reroute_when_settled(tp)
             return
+        if isinstance(error, DuplicateSequenceError):
+            # Written before, by an attempt whose reply was lost, but older than what the node
+            # remembers: delivered, at offsets no longer known (Kafka answers the same).
+            log.warning("batch was already written; its offsets are unknown", tp=batch.tp)
+            error, base_offset = None, -1
         if error is not None:
             self._retry_or_fail(batch, error)
             return
         batch.complete(base_offset)
         self._release(batch)
+        if tp in self._held:
+            self._reroute_when_settled(tp)
 
     def _retry_or_fail(self, batch: ProducerBatch, error: BaseException) -> None:
         accumulator = self._accumulator
@@ -608,6 +648,19 @@ class Producer:
         assert accumulator is not None and cluster is not None
         now = asyncio.get_running_loop().time()
         in_time = now - batch.created < self.delivery_timeout
+        refused = isinstance(error, OutOfOrderSequenceError) or (
+            isinstance(error, InvalidProducerEpochError) and accumulator.stale(batch)
+        )
+        # (bounded, in case a node keeps refusing: then it is an ordinary retry with backoff)
+        bound = self.max_in_flight_per_partition * (self.retries + 1)
+        if refused and in_time and batch.refused < bound:
+            # Not written: a batch before it is missing (it failed and is resent, or failed
+            # for good and the partition moved to a new epoch). It goes again, in its
+            # place, after that one; no metadata refresh, no backoff, no retry counted.
+            log.debug("batch refused out of order", tp=batch.tp, error=str(error))
+            accumulator.requeue(batch, now, rebuild=True, counted=False)
+            self._wakeup.set()
+            return
         # This producer built the batch whole, so a batch the node found corrupt was damaged on
         # the wire (client frames leave batches to their own crc): sending it again can succeed.
         retriable = is_retriable(error) or isinstance(error, CorruptBatchError)
@@ -630,21 +683,32 @@ class Producer:
         batch.fail(error)
         self._release(batch)
 
-    def _reroute(self, batch: ProducerBatch) -> None:
-        """``batch``'s partition was sealed by a split or merge: take it and every batch queued
-        behind it off that partition and send their records, in order, to the partitions that
-        own their keys now (once the metadata shows the seal). Each record's handle then
+    def _reroute_when_settled(self, tp: TopicPartition) -> None:
+        """Once no batch of sealed ``tp`` is in flight or waits to be resent (its outcome
+        unknown), send the held ones and every batch queued behind them elsewhere."""
+        accumulator = self._accumulator
+        assert accumulator is not None
+        if accumulator.unsettled(tp):
+            return
+        held = self._held.pop(tp, [])
+        for batch in held:
+            accumulator.release_held(batch)
+        self._reroute(tp, held)
+
+    def _reroute(self, tp: TopicPartition, held: list[ProducerBatch]) -> None:
+        """``tp`` was sealed by a split or merge: take ``held`` (refused by it) and every batch
+        queued for it off that partition and send their records, in order, to the partitions
+        that own their keys now (once the metadata shows the seal). Each record's handle then
         resolves with where it was finally written."""
         accumulator = self._accumulator
         assert accumulator is not None
-        batches = accumulator.take_partition(batch.tp)
-        if batch not in batches:
-            batches.insert(0, batch)
+        batches = sorted(held + accumulator.take_partition(tp), key=lambda b: b.sequence)
         self._space.set()
-        topic = batch.tp.topic
+        self._wakeup.set()
+        topic = tp.topic
         running, _event = self._rerouting.setdefault(topic, ([0], asyncio.Event()))
         running[0] += 1
-        task = asyncio.create_task(self._send_elsewhere(batch.tp, batches))
+        task = asyncio.create_task(self._send_elsewhere(tp, batches))
         self._reroutes.add(task)
         task.add_done_callback(lambda done: self._rerouted(topic, done))
 

@@ -9,12 +9,15 @@ from laminar.errors import (
     CorruptBatchError,
     CorruptLogError,
     DiskFullError,
+    DuplicateSequenceError,
     InvalidConfigError,
+    InvalidProducerEpochError,
     InvalidRequestError,
     LaminarError,
     NotEnoughReplicasError,
     NotLeaderError,
     OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
     PartitionRetiredError,
     PartitionSealedError,
     RequestTimeoutError,
@@ -85,6 +88,9 @@ _BY_CLASS: list[tuple[type[LaminarError], int]] = [
     (UnsupportedCompressionError, UNSUPPORTED_COMPRESSION_TYPE),
     (InvalidConfigError, INVALID_CONFIG),
     (InvalidRequestError, INVALID_REQUEST),
+    (OutOfOrderSequenceError, OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (DuplicateSequenceError, DUPLICATE_SEQUENCE_NUMBER),
+    (InvalidProducerEpochError, INVALID_PRODUCER_EPOCH),
 ]
 
 

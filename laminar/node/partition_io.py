@@ -26,6 +26,7 @@ from laminar.errors import (
     UnknownPartitionError,
     UnknownTopicError,
 )
+from laminar.node import sequences
 from laminar.node.replica import Replica, Waiter
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
@@ -93,14 +94,18 @@ class PartitionIO:
         self, replica: Replica, data: memoryview | bytes, header: BatchHeader
     ) -> tuple[int, int]:
         """Propose a verified batch on the leader; a retry of a batch the log already holds
-        (same producer id and sequence) gets the first write's offsets instead."""
-        earlier = replica.storage.producers.find(header)
+        (same producer id and sequence) gets the first write's offsets instead, and an
+        idempotent batch out of sequence is refused (``laminar.node.sequences``)."""
+        producers = replica.storage.producers
+        earlier = producers.find(header)
         if earlier is not None:
             return earlier.base_offset, earlier.last_offset
         # After the duplicate check: a retry of a batch written before the seal gets its
-        # offsets, not an error that would make the producer write it again elsewhere.
+        # offsets, not an error that would make the producer write it again elsewhere. Before
+        # the sequence check: a sealed partition refuses every new batch as sealed.
         if replica.storage.seal_offset is not None or self._not_active(replica):
             raise self.sealed_error(replica)
+        sequences.check(producers, header)  # None here: a remembered batch was found above
         base, last = replica.raft.propose(data, header.record_count)
         replica.storage.producers.record(header, base, last)
         self.node.request_stats.produce(replica.topic, header.record_count, len(data))

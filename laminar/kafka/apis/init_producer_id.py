@@ -1,7 +1,8 @@
 """InitProducerId (key 22): a producer id and epoch for an idempotent producer.
 
 Ids are drawn at random (as laminar's own producers do), so any node answers without a
-coordinator; sequences are then checked per partition (``laminar/kafka/sequences.py``).
+coordinator; sequences are then checked per partition (``laminar/node/sequences.py``, the
+rule the native protocol uses too).
 Transactions are not supported: a transactional id is refused.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from laminar.auth.acl import PRODUCE
 from laminar.errors import LaminarError
-from laminar.kafka import errors, records, sequences
+from laminar.kafka import errors, records
 from laminar.kafka.api import Api, RequestContext
 from laminar.kafka.codec import INT16, INT32, INT64, RECORDS, STRING, Array, F, Struct
 from laminar.kafka.errors import KafkaError
@@ -100,11 +100,8 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
                 for kbatch in records.iter_kafka_batches(data):
                     batch = records.to_laminar(kbatch)
                     header = io.verify(batch)
-                    earlier = sequences.check(replica.storage.producers, header)
-                    if earlier is not None:
-                        first, end = earlier.base_offset, earlier.last_offset
-                    else:
-                        first, end = io.append(replica, batch, header)
+                    # io.append applies the idempotent sequence rule (laminar.node.sequences)
+                    first, end = io.append(replica, batch, header)
                     base = first if base < 0 else base
                     last = end
                 touched.add(replica)
