@@ -133,7 +133,12 @@ def kafka_clients_see_the_retired_partition_offline(cluster: ClusterHandle) -> N
 
     consumer = kafka.KafkaConsumer(bootstrap_servers=cluster.kafka_bootstrap)
     try:
-        assert consumer.partitions_for_topic("r") == {0, 1, 2}
+        deadline = time.monotonic() + 15
+        while not (partitions := consumer.partitions_for_topic("r")):  # metadata not yet in
+            assert time.monotonic() < deadline, "kafka-python never saw topic r's partitions"
+            consumer.topics()  # a blocking metadata request
+            time.sleep(0.2)
+        assert partitions == {0, 1, 2}
         assert consumer._client.cluster.leader_for_partition(kafka.TopicPartition("r", 0)) == -1
         ends = consumer.end_offsets([kafka.TopicPartition("r", p) for p in (1, 2)])
         assert all(offset > 0 for offset in ends.values())
