@@ -162,18 +162,13 @@ async def laminar_worker(bootstrap: str, batch: int) -> None:
         for count, chunk in chunks:
             await chunk
             acked += count
-    print(
-        json.dumps(
-            {
-                "acked": acked,
-                "first": first,
-                "last": last,
-                "cpu_first": cpu_first,
-                "cpu_last": cpu_last,
-            }
-        ),
-        flush=True,
-    )
+    report_member(acked, first, last, cpu_first, cpu_last)
+
+
+def report_member(acked: int, first: float, last: float, cpu_first: float, cpu_last: float) -> None:
+    """A member's last line: what it acked, over which wall-clock and CPU span (both sides)."""
+    report = dict(acked=acked, first=first, last=last, cpu_first=cpu_first, cpu_last=cpu_last)
+    print(json.dumps(report), flush=True)
 
 
 async def laminar_side(work: Path, total: int, batch: int) -> dict[str, Any]:
@@ -248,18 +243,7 @@ async def nats_worker(urls: str, batch: int) -> None:
         idle_since = time.monotonic()
     await client.flush()
     await client.close()
-    print(
-        json.dumps(
-            {
-                "acked": acked,
-                "first": first,
-                "last": last,
-                "cpu_first": cpu_first,
-                "cpu_last": cpu_last,
-            }
-        ),
-        flush=True,
-    )
+    report_member(acked, first, last, cpu_first, cpu_last)
 
 
 async def nats_side(work: Path, total: int, batch: int) -> dict[str, Any]:
