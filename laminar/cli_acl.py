@@ -8,6 +8,7 @@ resource: one topic (`--topic`), topics with a name prefix (`--prefix`) or all
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Annotated
 
@@ -43,6 +44,16 @@ def _rule(user: str, op: Operation, topic: str | None, prefix: str | None, every
     return Acl(user, op.value, topic=topic, prefix=prefix)
 
 
+def _change(bootstrap: str, call: Callable[[Admin], Awaitable[object]]) -> None:
+    """One admin call that changes the rules (add or remove)."""
+
+    async def go() -> None:
+        async with Admin(bootstrap, **client_options()) as admin:
+            await call(admin)
+
+    run(go)
+
+
 def describe(acl: Acl) -> str:
     if acl.topic is not None:
         return f"topic {acl.topic}"
@@ -62,12 +73,7 @@ def acl_add(
 ) -> None:
     """Allow a user to produce, consume or administer (create, delete, alter) topics."""
     acl = _rule(user, op, topic, prefix, all_topics)
-
-    async def go() -> None:
-        async with Admin(bootstrap, **client_options()) as admin:
-            await admin.add_acl(acl)
-
-    run(go)
+    _change(bootstrap, lambda admin: admin.add_acl(acl))
     typer.echo(f"allowed {acl.principal} to {acl.operation} on {describe(acl)}")
 
 
@@ -82,12 +88,7 @@ def acl_remove(
 ) -> None:
     """Remove a rule (exactly as it was added)."""
     acl = _rule(user, op, topic, prefix, all_topics)
-
-    async def go() -> None:
-        async with Admin(bootstrap, **client_options()) as admin:
-            await admin.remove_acl(acl)
-
-    run(go)
+    _change(bootstrap, lambda admin: admin.remove_acl(acl))
     typer.echo(f"removed: {acl.principal} to {acl.operation} on {describe(acl)}")
 
 
