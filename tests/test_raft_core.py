@@ -561,9 +561,10 @@ def test_inflight_bytes_cap_pauses_replication() -> None:
     assert net.entries(2) == net.entries(1)
 
 
-def test_a_heartbeat_answer_does_not_wait_for_durability_but_an_append_ack_does() -> None:
-    # The runtime holds after_persist messages for the next group-commit pass; a heartbeat
-    # answer promises nothing about the log, so a slow disk must not delay it into an election.
+def test_a_heartbeat_answer_waits_for_durability_like_an_append_ack() -> None:
+    # The runtime holds after_persist messages for the next group-commit pass. A heartbeat
+    # answer sent before the append acknowledgement it follows overtakes it, and the leader's
+    # probe for the lagging match kept groups from quiescing (Raft simulation seed 16273).
     net = leader_net()
     net[1].propose(b"x")
     appends = [m for m in net.take() if m.type == MessageType.APPEND and m.to == 2]
@@ -580,4 +581,4 @@ def test_a_heartbeat_answer_does_not_wait_for_durability_but_an_append_ack_does(
     acks = [m for m in answers if m.type == MessageType.APPEND_RESP]
     beats = [m for m in answers if m.type == MessageType.HEARTBEAT_RESP]
     assert acks and all(m.after_persist for m in acks)
-    assert beats and not any(m.after_persist for m in beats)
+    assert beats and all(m.after_persist for m in beats)
