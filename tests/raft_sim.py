@@ -181,8 +181,11 @@ class Sim:
         elif report.state_lost:
             st["state_lost"] += 1
         self.trace.append((self.now, "crash", h.id, report))
-        for other in self.live():
-            other.node.report_node_down(h.id)
+        # As the node's runtime does: every survivor makes the same pick of a successor.
+        live = self.live()
+        pick = self.successor(h.id, [other.id for other in live])
+        for other in live:
+            other.node.report_node_down(h.id, first=other.id == pick)
         self.check_acked_durable()
 
     def live(self) -> list[Host]:
@@ -548,9 +551,18 @@ class Sim:
             self.blocked.add((a, b))
         self.trace.append((self.now, "partition", tuple(sorted(self.blocked))))
         for h in self.live():
+            # Each side picks among the nodes it still reaches, as a node would: the two
+            # sides' picks may differ (they elect on their own side, where one can win).
+            reached = [o for o in ids if (o, h.id) not in self.blocked]
             for other in ids:
                 if (other, h.id) in self.blocked:
-                    h.node.report_node_down(other)
+                    h.node.report_node_down(other, first=h.id == self.successor(other, reached))
+
+    @staticmethod
+    def successor(dead: int, reached: list[int]) -> int:
+        """A deterministic pick of the dead node's successor among ``reached`` nodes."""
+        candidates = sorted(i for i in reached if i != dead)
+        return candidates[dead % len(candidates)] if candidates else 0
 
     # ------------------------------------------------------------------ main loop
 

@@ -23,6 +23,7 @@ from laminar.raft import (
     RaftNode,
     Role,
 )
+from laminar.raft.core import QUICK_RETRY_TICKS
 from tests.raft_harness import Net, log_of
 
 ET = 10
@@ -426,6 +427,36 @@ def test_report_node_down_lets_quiesced_followers_elect_promptly() -> None:
         net.tick(3)
         net.deliver()
     assert net[2].role == Role.LEADER or net[3].role == Role.LEADER
+
+
+def test_the_picked_successor_of_a_dead_leader_elects_alone_at_its_next_tick() -> None:
+    net = leader_net()
+    net.tick_all(2)
+    net.isolate(1)
+    net[2].report_node_down(1, first=True)
+    net[3].report_node_down(1, first=False)
+    net.tick(2)
+    net.tick(3)
+    net.deliver()
+    assert net[2].role == Role.LEADER
+    assert net[3].role == Role.FOLLOWER and net[3].leader_id == 2
+    assert net[3].term == net[2].term  # one election: the other survivor never campaigned
+
+
+def test_the_picked_successor_asks_again_when_a_voter_had_not_yet_seen_the_leader_die() -> None:
+    net = leader_net()
+    net.tick_all(2)
+    net.isolate(1)
+    net[2].report_node_down(1, first=True)
+    net.tick(2)
+    net.deliver()  # node 3 still follows 1 (in lease): it ignores this pre-vote
+    assert net[2].role == Role.PRE_CANDIDATE
+    net[3].report_node_down(1, first=False)
+    for _ in range(QUICK_RETRY_TICKS):
+        net.tick(2)
+        net.deliver()
+    assert net[2].role == Role.LEADER  # a few ticks, not another election timeout
+    assert QUICK_RETRY_TICKS < ET
 
 
 # ---------------------------------------------------------------- restart and persistence

@@ -63,6 +63,7 @@ class ProducerBatch:
         "done",
         "epoch",
         "error",
+        "failed_leader",
         "finished",
         "forwards",
         "loop",
@@ -90,6 +91,9 @@ class ProducerBatch:
         self.refused = 0
         """Times the node refused it as out of order (a batch before it was missing)."""
         self.retry_at = 0.0
+        self.failed_leader: int | None = None
+        """The leader it last failed to reach or was refused by (NotLeader, connection lost,
+        none known): it waits for the metadata to name another one, not for its backoff."""
         self.data: bytes | None = None
         self.finished = False
         self.base_offset = -1
@@ -394,6 +398,14 @@ class RecordAccumulator:
                 position = index
                 break
         queue.insert(position, batch)
+
+    def waiting_for_leader(self) -> list[ProducerBatch]:
+        """Head batches held back until their partition gets another leader."""
+        return [
+            queue[0]
+            for queue in self._queues.values()
+            if queue and queue[0].failed_leader is not None and queue[0].retry_at > 0.0
+        ]
 
     def stale(self, batch: ProducerBatch) -> bool:
         """Whether ``batch`` was built for an epoch its partition has left."""

@@ -177,6 +177,7 @@ class Producer:
         self._closed = False
         self._partition_cache: dict[str, CachedTopic] = {}
         self._reroutes: set[asyncio.Task[None]] = set()
+        self._leader_watch: asyncio.Task[None] | None = None
         self._held: dict[TopicPartition, list[ProducerBatch]] = {}
         """Batches a sealed partition refused (not written), kept until every other batch of
         it in flight or to be resent has its answer; then all go elsewhere together."""
@@ -220,6 +221,8 @@ class Producer:
         try:
             await self._sender
         finally:
+            if self._leader_watch is not None:
+                self._leader_watch.cancel()
             self._cluster.close()
             await self._cluster.wait_closed()
 
@@ -664,6 +667,7 @@ class Producer:
         # This producer built the batch whole, so a batch the node found corrupt was damaged on
         # the wire (client frames leave batches to their own crc): sending it again can succeed.
         retriable = is_retriable(error) or isinstance(error, CorruptBatchError)
+        batch.failed_leader = None
         if retriable and batch.attempts < self.retries and in_time:
             delay = min(self.retry_backoff * (2**batch.attempts), 1.0)
             hinted = isinstance(error, NotLeaderError) and cluster.note_leader(
@@ -671,6 +675,9 @@ class Producer:
             )
             if hinted and not batch.attempts:
                 delay = 0.0  # the node named the new leader: go there at once, once
+            elif isinstance(error, NotLeaderError | ConnectionError | OSError):
+                batch.failed_leader = self._leader_or_none(batch.tp)
+                self._watch_leaders()
             else:
                 self._refresh_metadata()
             log.debug("retrying batch", tp=batch.tp, attempt=batch.attempts + 1, error=str(error))
@@ -764,6 +771,46 @@ class Producer:
         self._accumulator.finished(batch)
         if self._accumulator.buffered_bytes < self.buffer_bytes:
             self._space.set()
+
+    def _leader_or_none(self, tp: TopicPartition) -> int:
+        try:
+            return self._cluster.leader_for(tp) if self._cluster is not None else 0
+        except LaminarError:
+            return 0
+
+    def _watch_leaders(self) -> None:
+        """Start the leader watch unless it runs (see ``_follow_leaders``)."""
+        if self._leader_watch is None or self._leader_watch.done():
+            self._leader_watch = asyncio.create_task(self._follow_leaders())
+
+    async def _follow_leaders(self) -> None:
+        """While batches wait for a partition's new leader, refresh the metadata every
+        ``retry_backoff`` and send each such batch the moment another leader shows, whatever
+        its backoff (as Kafka's KIP-951 skips the backoff once the leader changed). With a
+        doubling backoff alone, a batch that failed while thousands of partitions elected
+        their new leaders (a node died) slept up to a second after its leader was known."""
+        cluster = self._cluster
+        assert cluster is not None
+        accumulator = self._accumulator
+        assert accumulator is not None
+        while True:
+            try:
+                await cluster.refresh_metadata()
+            except (ConnectionError, LaminarError) as exc:
+                log.debug("metadata refresh failed while waiting for leaders", error=str(exc))
+            waiting = accumulator.waiting_for_leader()
+            moved = False
+            for batch in waiting:
+                leader = self._leader_or_none(batch.tp)
+                if leader and leader != batch.failed_leader:
+                    batch.failed_leader = None
+                    batch.retry_at = 0.0
+                    moved = True
+            if moved:
+                self._wakeup.set()
+            if not any(b.failed_leader is not None for b in waiting):
+                return
+            await asyncio.sleep(self.retry_backoff)
 
     def _refresh_metadata(self) -> None:
         """Refresh in the background and look at the queues again when it is done."""

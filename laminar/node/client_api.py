@@ -224,6 +224,8 @@ class ClientServer:
         replica = self.node.replica_for(topic.name, partition)
         if replica is not None and replica.raft.leader_id:
             return replica.raft.leader_id  # fresher than the metadata record
+        if self.node.runtime.is_down(recorded):
+            return 0  # electing: a client dialing the dead node would only wait for nothing
         return recorded
 
     # produce ---------------------------------------------------------------------------------

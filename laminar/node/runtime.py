@@ -88,6 +88,8 @@ class MultiRaft:
         self._active: set[Replica] = set()
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
+        self._down_nodes: set[int] = set()
+        """Peers reported down and not up since: never picked as a dead leader's successor."""
         self._outbox: defaultdict[int, list[GroupMessage]] = defaultdict(list)
         self._scheduled = False
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="flush")
@@ -183,10 +185,17 @@ class MultiRaft:
         self.wake(replica)
 
     def node_down(self, node_id: int) -> None:
-        """A peer node is gone: wake its groups so they elect without waiting on it."""
+        """A peer node is gone: wake its groups so they elect without waiting on it. Of the
+        groups it led, each picks one successor among the voters still up, spread by group
+        number, the same pick on every survivor (``RaftNode.report_node_down``)."""
+        self._down_nodes.add(node_id)
+        down = self._down_nodes
         for replica in self.replicas.values():
-            if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
-                replica.raft.report_node_down(node_id)
+            conf = replica.raft.conf
+            if node_id in conf.voters or node_id in conf.learners:
+                live = sorted(v for v in conf.voters if v not in down)
+                first = bool(live) and live[replica.group % len(live)] == self.node_id
+                replica.raft.report_node_down(node_id, first=first)
                 self._active.add(replica)
                 self.wake(replica)
 
@@ -194,11 +203,16 @@ class MultiRaft:
         """A peer node is back: every group counts it again, including groups it is not (yet)
         a member of: a group that later adds it (a move) must wait for it to catch up before
         going quiet, or a lagging learner would only move on with the next proposal."""
+        self._down_nodes.discard(node_id)
         for replica in self.replicas.values():
             replica.raft.report_node_up(node_id)
             if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
                 self._active.add(replica)
                 self.wake(replica)
+
+    def is_down(self, node_id: int) -> bool:
+        """Whether ``node_id`` was reported down and not up since."""
+        return node_id in self._down_nodes
 
     def wake(self, replica: Replica) -> None:
         """Mark a group as having work; one callback soon drains all marked groups."""

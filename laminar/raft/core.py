@@ -83,6 +83,10 @@ _EARLY_TYPES = frozenset({APPEND, HEARTBEAT, TIMEOUT_NOW, RESET_MSG})
 _LIVENESS_TYPES = frozenset({HEARTBEAT, HEARTBEAT_RESP})
 _NO_LIMIT = 1 << 62
 _PRE, _ELECTION, _TRANSFER = 0, 1, 2
+QUICK_CAMPAIGNS = 3
+"""Pre-vote rounds a dead leader's picked successor runs a few ticks apart (then the usual
+randomized timeout): a voter that has not yet seen the leader die ignores the first (lease)."""
+QUICK_RETRY_TICKS = 3
 _INDEX = attrgetter("index")
 _LAST = attrgetter("last")
 _TERM = attrgetter("term")
@@ -133,6 +137,7 @@ class RaftNode:
         self.transferee = 0
         self._quiesced = False
         self._down: set[int] = set()
+        self._quick_campaigns = 0
         self._hb_seq = 0  # heartbeat rounds sent as leader
         self._hb_seen = -1  # newest heartbeat round seen from the current leader
         self._persisted = last  # what storage holds at construction is durable
@@ -296,6 +301,7 @@ class RaftNode:
             self.vote = 0
         self.lead = 0
         self._hb_seen = -1
+        self._quick_campaigns = 0
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self._quorum_elapsed = 0
@@ -364,6 +370,9 @@ class RaftNode:
             self.election_elapsed += 1
             if self.election_elapsed >= self._timeout and self.promotable():
                 self.election_elapsed = 0
+                if self._quick_campaigns:  # (a pre-vote round keeps this count and timer)
+                    self._quick_campaigns -= 1
+                    self.election_elapsed = self._timeout - QUICK_RETRY_TICKS
                 self._campaign(_PRE)
 
     def _tick_leader(self) -> None:
@@ -465,18 +474,31 @@ class RaftNode:
             self._become_follower(self.term, 0)
         return res
 
-    def report_node_down(self, node_id: int) -> None:
+    def report_node_down(self, node_id: int, *, first: bool | None = None) -> None:
         """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us.
 
         Until ``report_node_up(node_id)``, a leader does not wait for that node to quiesce and
         a follower does not let it quiesce the group (a heartbeat still in flight from a dead
         leader must not put the survivors back to sleep).
+
+        ``first``: whether the liveness layer picked this replica as the dead leader's
+        successor (one per group, the same pick on every survivor). The pick campaigns at its
+        next tick; the others give it a whole election timeout before campaigning themselves,
+        so survivors do not split the vote (with thousands of groups losing their leader at
+        once, split votes and their randomized retries made the tail of a failover). None:
+        no pick, every survivor campaigns within one election timeout.
         """
         self._quiesced = False
         self._down.add(node_id)
         if self.role != LEADER and node_id == self.lead:
             self.lead = 0
-            self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
+            if first is None:
+                self.election_elapsed = max(self.election_elapsed, self.cfg.election_tick)
+            elif first:
+                self.election_elapsed = max(self.election_elapsed, self._timeout)
+                self._quick_campaigns = QUICK_CAMPAIGNS
+            else:
+                self.election_elapsed = 0
 
     def report_node_up(self, node_id: int) -> None:
         """The peer-liveness layer sees ``node_id`` alive again: include it, wake up."""
