@@ -140,13 +140,16 @@ async def write_everywhere(producer: Producer, partitions: int, timeout: float) 
 
 
 async def restart_ready(cluster: LocalCluster, admin: Admin, node_id: int, timeout: float) -> float:
-    """Restart ``node_id``; seconds until it answers, is alive and is caught up everywhere."""
+    """Restart ``node_id``; seconds until it answers, is alive and is caught up everywhere.
+
+    Polled every 0.25 s: at thousands of partitions one ``cluster status`` costs the nodes
+    about 0.1 s of CPU, so asking more often would measure mostly the asking."""
     started = time.perf_counter()
     cluster.start_node(node_id)
     address = cluster.nodes[node_id].client_address
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.25)
         try:
             async with Admin(address, request_timeout_ms=2_000) as own:
                 await own.cluster_status()

@@ -133,6 +133,8 @@ class Node:
         self.calls.register("knows", self.identity.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
+        self._opening: set[asyncio.Task[None]] = set()
+        """Running ``_open_partitions`` tasks (a restart waits for them, see start)."""
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.advertise_peer, "client": config.listen},
@@ -217,6 +219,7 @@ class Node:
             topic="__metadata",
             states=self.states,
         )
+        self.metadata.saves_commit = True
         self.identity.metadata_start = self.metadata.raft.last_index
         self.readmission.opened(self.metadata, lost)
         # Clients first: once gossip announces this node, its client port must answer.
@@ -225,6 +228,7 @@ class Node:
             tls = self.config.security.tls.server_context("kafka")
             await self.kafka_server.start(self.config.kafka_listen, tls)
         if known_dir:
+            await self._open_known_partitions()
             await self._start_network()
         self.runtime.start()
         self.groups.start()
@@ -248,6 +252,16 @@ class Node:
             kafka_listen=self.config.kafka_listen or None,
             metadata_voters=voters,
         )
+
+    async def _open_known_partitions(self) -> None:
+        """A restart: apply what the metadata log holds as committed and open the replicas
+        it assigns here before any peer is heard. Opened while peers were connected, each
+        replica not yet open made its leader probe it every tick in vain, and the thousands
+        of such probes took the CPU the opening needed (3,000 partitions: 12 s to open)."""
+        assert self.metadata is not None
+        self.runtime.process_now(self.metadata)
+        while self._opening:
+            await asyncio.gather(*self._opening)
 
     async def _start_network(self) -> None:
         await self.peers.start()
@@ -413,7 +427,9 @@ class Node:
                 for partition in hosted:
                     self._open_partition(result, partition, index)
             else:
-                self.spawn(self._open_partitions(result, hosted, index))
+                opening = self.spawn(self._open_partitions(result, hosted, index))
+                self._opening.add(opening)
+                opening.add_done_callback(self._opening.discard)
         elif op == "alter_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.replicas.get(group_id(result.topic_id, partition))

@@ -35,6 +35,7 @@ class SavedState:
     term: int
     vote: int
     conf: ConfState
+    commit: int = -1
 
 
 @dataclass(eq=False)
@@ -55,6 +56,10 @@ class Replica:
     """Metadata group only: the last offset of the committed entries handed to ``apply`` so
     far, the core's own NOOP and CONFIG entries included (``apply`` sees only NORMAL ones)."""
     saved: SavedState | None = None
+    saves_commit: bool = False
+    """Save the commit offset whenever it moved (metadata group): a restart then applies the
+    commands committed before it stopped (and opens their partitions) from its own log, before
+    it talks to any peer. Other groups learn the commit again from their leader."""
     conf: ConfState | None = None
     """The committed configuration the core last handed out (what a restart starts from)."""
     commit_waiters: collections.deque[Waiter] = field(default_factory=collections.deque)
@@ -124,7 +129,7 @@ class Replica:
         except BaseException:
             log.close()
             raise
-        saved = SavedState(hard.term, hard.vote, conf) if hard is not None else None
+        saved = SavedState(hard.term, hard.vote, conf, hard.commit) if hard is not None else None
         replica = cls(
             group,
             directory,
@@ -162,7 +167,7 @@ class Replica:
 
     def state_saved(self) -> bool:
         """Whether term, vote and membership are as last saved (``state_to_save`` would save
-        nothing). A moved commit alone is never saved: it is learnt again from the leader."""
+        nothing). A moved commit alone is saved only with ``saves_commit``."""
         raft = self.raft
         saved = self.saved
         return (
@@ -170,21 +175,16 @@ class Replica:
             and saved.term == raft.term
             and saved.vote == raft.vote
             and saved.conf == (self.conf or raft.committed_conf)
+            and (not self.saves_commit or saved.commit == raft.commit)
         )
 
     def state_to_save(self) -> StateToSave | None:
         """The hard state to persist if term, vote or membership changed since last saved."""
+        if self.state_saved():
+            return None
         raft = self.raft
         conf = self.conf or raft.committed_conf
-        saved = self.saved
-        if (
-            saved is not None
-            and saved.term == raft.term
-            and saved.vote == raft.vote
-            and saved.conf == conf
-        ):
-            return None
-        self.saved = SavedState(raft.term, raft.vote, conf)
+        self.saved = SavedState(raft.term, raft.vote, conf, raft.commit)
         self._state_stamp += 1
         return StateToSave(self._state_stamp, HardState(raft.term, raft.vote, raft.commit), conf)
 
