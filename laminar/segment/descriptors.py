@@ -1,0 +1,102 @@
+"""A node-wide budget of open segment files, least recently used closed first.
+
+A node hosting thousands of partition replicas cannot keep every log's files open: each would
+hold at least its active segment's data file for its whole life, and the open-files limit
+(here a hard 20,000) would cap the replicas a node can host. As RocksDB's ``max_open_files``
+and table cache do, every ``PartitionLog`` of a node registers its segments' data files in one
+``DescriptorCache``: past its capacity the least recently used owner drops its descriptor and
+reopens the file on its next use.
+
+Dropping never closes a descriptor someone still uses: an owner only lets go of its own
+reference to the ref-counted ``FileHandle`` (``fileio.py``), so a handle held by a flush thread
+(the log's dirty set, until the fdatasync covering it), a ``LogSlice`` or a local variable stays
+open until that user drops it too. Owners whose handle is still waiting for its fdatasync are
+passed over while a clean one is near (closing them would free nothing before the flush), so
+the descriptors the process really holds stay close to the capacity.
+
+Thread-safe: logs are opened in worker threads too (a repair reopens a replica off the loop).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Protocol
+
+MIN_CAPACITY = 16
+SKIP_DIRTY = 32
+"""Owners still waiting for an fdatasync passed over per eviction before one goes anyway."""
+
+
+class Closable(Protocol):
+    """Something holding one descriptor it can give up and reopen on demand (a segment)."""
+
+    def release_descriptor(self) -> None:
+        """Drop the owner's reference to its descriptor (others keep theirs)."""
+
+    def descriptor_busy(self) -> bool:
+        """Whether dropping would free nothing yet (the handle awaits an fdatasync)."""
+
+
+def default_capacity(share: float = 0.5) -> int:
+    """``share`` of this process's soft open-files limit: the rest is for sockets, the state
+    journal, flushes and reads in flight."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 4096
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 16
+    return max(MIN_CAPACITY, int(soft * share))
+
+
+class DescriptorCache:
+    """LRU of descriptor owners, at most ``capacity`` of them holding their descriptor."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        capacity = default_capacity() if capacity is None else capacity
+        if capacity < 1:
+            raise ValueError(f"descriptor capacity must be >= 1, not {capacity}")
+        self.capacity = capacity
+        self.evictions = 0
+        self._lru: OrderedDict[int, Closable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Owners holding their descriptor now."""
+        return len(self._lru)
+
+    def opened(self, owner: Closable) -> None:
+        """``owner`` just opened its descriptor: it is the most recently used; past the
+        capacity the least recently used others give theirs up."""
+        evicted: list[Closable] = []
+        with self._lock:
+            lru = self._lru
+            lru[id(owner)] = owner
+            lru.move_to_end(id(owner))
+            skipped = 0
+            while len(lru) > self.capacity:
+                key, old = next(iter(lru.items()))
+                if old is owner:  # capacity 1 with ourselves the only one
+                    break
+                if skipped < SKIP_DIRTY and old.descriptor_busy():
+                    lru.move_to_end(key)  # a second chance: its flush will make it clean
+                    skipped += 1
+                    continue
+                del lru[key]
+                evicted.append(old)
+            self.evictions += len(evicted)
+        for old in evicted:  # outside the lock: a last reference may close the file here
+            old.release_descriptor()
+
+    def touch(self, owner: Closable) -> None:
+        """``owner`` used its descriptor: it becomes the most recently used."""
+        with self._lock:
+            if id(owner) in self._lru:
+                self._lru.move_to_end(id(owner))
+
+    def forget(self, owner: Closable) -> None:
+        """``owner`` closed or dropped its descriptor on its own."""
+        with self._lock:
+            self._lru.pop(id(owner), None)
