@@ -76,10 +76,11 @@ class DescriptorCache:
             lru[id(owner)] = owner
             lru.move_to_end(id(owner))
             skipped = 0
-            while len(lru) > self.capacity:
+            while len(lru) > self.capacity:  # (so the owner is not alone in it)
                 key, old = next(iter(lru.items()))
-                if old is owner:  # capacity 1 with ourselves the only one
-                    break
+                if old is owner:  # gone round: the newcomer stays
+                    lru.move_to_end(key)
+                    continue
                 if skipped < SKIP_DIRTY and old.descriptor_busy():
                     lru.move_to_end(key)  # a second chance: its flush will make it clean
                     skipped += 1
@@ -89,6 +90,19 @@ class DescriptorCache:
             self.evictions += len(evicted)
         for old in evicted:  # outside the lock: a last reference may close the file here
             old.release_descriptor()
+
+    def relieve(self, keep: Closable | None = None) -> int:
+        """The process ran out of descriptors (EMFILE) anyway: the budget is the node's, but
+        sockets, flushes and reads in flight hold more. Every owner (but ``keep``) that can
+        free its descriptor at once gives it up; returns how many did."""
+        with self._lock:
+            evicted = [o for o in self._lru.values() if o is not keep and not o.descriptor_busy()]
+            for old in evicted:
+                del self._lru[id(old)]
+            self.evictions += len(evicted)
+        for old in evicted:
+            old.release_descriptor()
+        return len(evicted)
 
     def touch(self, owner: Closable) -> None:
         """``owner`` used its descriptor: it becomes the most recently used."""

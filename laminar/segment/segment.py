@@ -14,6 +14,7 @@ segment, keeps the descriptor open.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from bisect import bisect_left, bisect_right
@@ -109,7 +110,14 @@ class Segment:
         if handle is None:
             if self.closed:
                 raise ValueError(f"{self.log_path}: the log is closed")
-            handle = self._data = open_append(self.log_path, create=False)
+            try:
+                handle = open_append(self.log_path, create=False)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or budget is None:
+                    raise
+                budget.relieve()  # out of descriptors: close every idle file and try again
+                handle = open_append(self.log_path, create=False)
+            self._data = handle
             if self.sealed and self.on_open is not None:
                 self.on_open(self)
             if budget is not None:
