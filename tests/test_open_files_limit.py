@@ -1,0 +1,85 @@
+"""Real node processes under a small open-files limit host more partition replicas than the
+limit has descriptors: 1,000 RF 3 partitions put 1,000 replicas on each of 3 nodes limited to
+1,024 open files (soft and hard, so the node cannot raise it).
+
+Before the node-wide descriptor budget (laminar/segment/descriptors.py) every replica kept
+about four files open for its whole life (its directory lock, the active segment's data file
+and both index files), ~4,000 per node here: the nodes stopped with "Too many open files".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+from laminar.client import Admin, Consumer, Producer, TopicPartition
+from tests.cluster_fixture import start_cluster
+
+LIMIT = 1024
+PARTITIONS = 1000
+ALL_LED_WITHIN = 90.0
+WRITTEN_WITHIN = 60.0
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _nofile_limit(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open-files limit in /proc/<pid>/limits")
+
+
+async def _all_led(admin: Admin, topic: str, timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    led = 0
+    while time.monotonic() < deadline:
+        description = await admin.describe_topic(topic)
+        led = sum(1 for p in description.partitions if p.leader)
+        if led == PARTITIONS:
+            break
+        await asyncio.sleep(0.5)
+    return led
+
+
+async def test_nodes_host_more_replicas_than_their_open_files_limit(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, 3, log_level="warning", open_files_limit=LIMIT)
+    pids = [node.pid for node in cluster.local.nodes.values()]
+    try:
+        for pid in pids:
+            assert pid is not None and _nofile_limit(pid) == LIMIT
+        async with Admin(cluster.bootstrap, request_timeout_ms=30_000) as admin:
+            started = time.monotonic()
+            await admin.create_topic("wide", partitions=PARTITIONS, replication_factor=3)
+            led = await _all_led(admin, "wide", ALL_LED_WITHIN)
+            assert led == PARTITIONS, (
+                f"{led} of {PARTITIONS} partitions led after "
+                f"{time.monotonic() - started:.0f} s\n{cluster.logs()}"
+            )
+            async with Producer(
+                cluster.bootstrap, acks="all", retries=1_000, retry_backoff_ms=50
+            ) as producer:
+                sent = [
+                    await producer.send("wide", f"p{p}".encode(), partition=p)
+                    for p in range(PARTITIONS)
+                ]
+                await asyncio.wait_for(asyncio.gather(*sent), WRITTEN_WITHIN)
+        seen: dict[int, bytes | None] = {}
+        async with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+            await consumer.assign([TopicPartition("wide", p) for p in range(PARTITIONS)])
+            deadline = time.monotonic() + WRITTEN_WITHIN
+            while len(seen) < PARTITIONS and time.monotonic() < deadline:
+                for record in await consumer.getmany(timeout_ms=1000):
+                    seen.setdefault(record.partition, record.value)
+        assert seen == {p: f"p{p}".encode() for p in range(PARTITIONS)}
+        open_now = [_open_files(pid) for pid in pids if pid is not None]
+        assert all(node.running for node in cluster.local.nodes.values()), cluster.logs()
+        assert max(open_now) < LIMIT, open_now
+        for node in cluster.local.nodes.values():
+            assert "Too many open files" not in node.log_path.read_text(errors="replace")
+    finally:
+        cluster.stop()
