@@ -62,6 +62,7 @@ class DescriptorCache:
         self.evictions = 0
         self._lru: OrderedDict[int, Closable] = OrderedDict()
         self._lock = threading.Lock()
+        self._last: Closable | None = None  # the most recently touched (no lock to check it)
 
     def __len__(self) -> int:
         """Owners holding their descriptor now."""
@@ -75,6 +76,7 @@ class DescriptorCache:
             lru = self._lru
             lru[id(owner)] = owner
             lru.move_to_end(id(owner))
+            self._last = owner
             skipped = 0
             while len(lru) > self.capacity:  # (so the owner is not alone in it)
                 key, old = next(iter(lru.items()))
@@ -106,11 +108,16 @@ class DescriptorCache:
 
     def touch(self, owner: Closable) -> None:
         """``owner`` used its descriptor: it becomes the most recently used."""
+        if owner is self._last:  # the hot path: one segment used several times in a row
+            return
         with self._lock:
             if id(owner) in self._lru:
                 self._lru.move_to_end(id(owner))
+                self._last = owner
 
     def forget(self, owner: Closable) -> None:
         """``owner`` closed or dropped its descriptor on its own."""
         with self._lock:
             self._lru.pop(id(owner), None)
+            if self._last is owner:
+                self._last = None
