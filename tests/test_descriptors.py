@@ -20,7 +20,12 @@ import pytest
 from laminar.errors import InvalidRequestError
 from laminar.segment import LogConfig, PartitionLog, build_batch
 from laminar.segment.descriptors import SKIP_DIRTY, DescriptorCache
-from laminar.segment.fileio import POWERLOSS_JOURNAL_ENV, lock_directory
+from laminar.segment.fileio import (
+    POWERLOSS_JOURNAL_ENV,
+    FileHandle,
+    lock_directory,
+    open_append,
+)
 from tests.faults.powerloss import lose_power
 
 NOW = 1_800_000_000_000
@@ -28,15 +33,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Owner:
-    """The smallest descriptor owner: records what the cache asked of it."""
+    """The smallest descriptor owner: a real file it gives up when the cache asks."""
 
-    def __init__(self, name: str, busy: bool = False) -> None:
+    def __init__(self, directory: Path, name: str, busy: bool = False) -> None:
         self.name = name
         self.busy = busy
         self.released = 0
+        self.handle: FileHandle | None = open_append(directory / name)
+
+    def open(self, cache: DescriptorCache) -> Owner:
+        assert self.handle is not None
+        cache.opened(self, self.handle)
+        return self
 
     def release_descriptor(self) -> None:
         self.released += 1
+        self.handle = None
 
     def descriptor_busy(self) -> bool:
         return self.busy
@@ -61,46 +73,67 @@ def open_files_under(directory: Path, suffix: str = "") -> int:
     return count
 
 
-def test_least_recently_used_owner_gives_up_its_descriptor_first() -> None:
+def test_least_recently_used_owner_gives_up_its_descriptor_first(tmp_path: Path) -> None:
     cache = DescriptorCache(2)
-    a, b, c, d = Owner("a"), Owner("b"), Owner("c"), Owner("d")
-    cache.opened(a)
-    cache.opened(b)
-    cache.opened(c)  # a is the least recently used
+    a, b, c, d = (Owner(tmp_path, name) for name in "abcd")
+    a.open(cache)
+    b.open(cache)
+    c.open(cache)  # a is the least recently used
     assert (a.released, b.released, c.released, len(cache)) == (1, 0, 0, 2)
+    assert cache.open_files == 2  # a's descriptor closed with its last reference
     cache.touch(b)  # now c is
-    cache.opened(d)
-    assert (b.released, c.released, d.released) == (0, 1, 0)
-    cache.forget(b)  # closed on its own: no longer counted, never asked
-    cache.opened(a)
-    assert (len(cache), b.released, d.released, cache.evictions) == (2, 0, 0, 2)
+    d.open(cache)
+    assert (b.released, c.released, d.released, cache.open_files) == (0, 1, 0, 2)
+    cache.forget(b)  # closed on its own: no longer in the LRU, never asked
+    assert b.handle is not None
+    b.handle.close()
+    assert cache.open_files == 1
+    kept = d.handle  # a reader still holds d's handle: evicting d frees nothing yet
+    Owner(tmp_path, "e").open(cache)
+    Owner(tmp_path, "f").open(cache)
+    assert d.released == 1 and cache.open_files == 3
+    del kept
+    assert cache.open_files == 2
+    assert cache.evictions == 3
 
 
-def test_owners_awaiting_an_fdatasync_are_passed_over_for_clean_ones() -> None:
+def test_owners_awaiting_an_fdatasync_are_passed_over_for_clean_ones(tmp_path: Path) -> None:
     cache = DescriptorCache(2)
-    dirty, clean, new = Owner("dirty", busy=True), Owner("clean"), Owner("new")
-    cache.opened(dirty)
-    cache.opened(clean)
-    cache.opened(new)  # dropping the dirty one would free nothing before its flush
+    dirty, clean = Owner(tmp_path, "dirty", busy=True), Owner(tmp_path, "clean")
+    dirty.open(cache)
+    clean.open(cache)
+    Owner(tmp_path, "new").open(cache)  # dropping the dirty one would free nothing now
     assert (dirty.released, clean.released) == (0, 1)
     # with nothing clean near, the oldest goes anyway (the flush closes it afterwards)
     cache = DescriptorCache(SKIP_DIRTY)
-    owners = [Owner(f"d{i}", busy=True) for i in range(SKIP_DIRTY)]
-    for owner in owners:
-        cache.opened(owner)
-    last = Owner("last", busy=True)
-    cache.opened(last)
+    owners = [Owner(tmp_path, f"d{i}", busy=True).open(cache) for i in range(SKIP_DIRTY)]
+    last = Owner(tmp_path, "last", busy=True).open(cache)
     assert len(cache) == SKIP_DIRTY and sum(o.released for o in owners) == 1
     assert last.released == 0
 
 
-def test_relieve_frees_every_idle_descriptor_but_the_one_being_opened() -> None:
+def test_descriptors_held_past_eviction_leave_fewer_cached(tmp_path: Path) -> None:
+    cache = DescriptorCache(4)
+    owners = [Owner(tmp_path, f"o{i}").open(cache) for i in range(4)]
+    held = [owner.handle for owner in owners[:2]]  # e.g. a flush in flight holds these
+    Owner(tmp_path, "n0").open(cache)  # o0 goes, but stays open while held
+    assert (len(cache), cache.open_files) == (4, 5)
+    Owner(tmp_path, "n1").open(cache)  # so two go: o1 (held too) and o2
+    assert (len(cache), cache.open_files) == (3, 5)
+    Owner(tmp_path, "n2").open(cache)  # and two more: o3 and n0
+    assert (len(cache), cache.open_files) == (2, 4)
+    held.clear()  # the flush ends
+    assert cache.open_files == 2
+
+
+def test_relieve_frees_every_idle_descriptor_but_the_one_being_opened(tmp_path: Path) -> None:
     cache = DescriptorCache(10)
-    idle, busy, keep = Owner("idle"), Owner("busy", busy=True), Owner("keep")
-    for owner in (idle, busy, keep):
-        cache.opened(owner)
+    idle = Owner(tmp_path, "idle").open(cache)
+    busy = Owner(tmp_path, "busy", busy=True).open(cache)
+    keep = Owner(tmp_path, "keep").open(cache)
     assert cache.relieve(keep=keep) == 1
     assert (idle.released, busy.released, keep.released, len(cache)) == (1, 0, 0, 2)
+    assert cache.open_files == 2
 
 
 def test_logs_beyond_the_budget_reopen_their_files_on_write_and_read(tmp_path: Path) -> None:
@@ -271,6 +304,7 @@ def test_thousands_of_logs_stay_within_the_budget(fast_dir: Path) -> None:
             plog.append(batch(i + 1), term=2)
             if i % 100 == 99:  # (a written log holds its descriptor until its fdatasync)
                 peak = max(peak, len(os.listdir("/proc/self/fd")))
+                assert cache.open_files <= budget + 1
                 for pending in logs[i - 99 : i + 1]:
                     assert pending.flush() == 2
     finally:

@@ -208,7 +208,7 @@ class NodeCollector(Collector):
                 "laminar_log_open_files",
                 "Segment data files the hosted logs hold open (the budget is "
                 "--max-open-log-files).",
-                value=len(files),
+                value=files.open_files,
             )
             yield CounterMetricFamily(
                 "laminar_log_file_evictions",

@@ -23,6 +23,8 @@ import threading
 from collections import OrderedDict
 from typing import Protocol
 
+from laminar.segment.fileio import FileHandle
+
 MIN_CAPACITY = 16
 SKIP_DIRTY = 32
 """Owners still waiting for an fdatasync passed over per eviction before one goes anyway."""
@@ -52,7 +54,12 @@ def default_capacity(share: float = 0.5) -> int:
 
 
 class DescriptorCache:
-    """LRU of descriptor owners, at most ``capacity`` of them holding their descriptor."""
+    """LRU of descriptor owners, evicted until at most ``capacity`` descriptors are open.
+
+    What counts is every data handle an owner opened that is still open (``open_files``),
+    including handles the cache already took from their owner that a flush, a slice or a
+    caller still holds: while the group commit holds many, fewer stay cached.
+    """
 
     def __init__(self, capacity: int | None = None) -> None:
         capacity = default_capacity() if capacity is None else capacity
@@ -60,25 +67,41 @@ class DescriptorCache:
             raise ValueError(f"descriptor capacity must be >= 1, not {capacity}")
         self.capacity = capacity
         self.evictions = 0
+        self._live = 0
         self._lru: OrderedDict[int, Closable] = OrderedDict()
-        self._lock = threading.Lock()
+        # Reentrant: a handle's last reference may go (and _closed run) anywhere, even in
+        # this thread while it holds the lock (a garbage collection).
+        self._lock = threading.RLock()
         self._last: Closable | None = None  # the most recently touched (no lock to check it)
 
     def __len__(self) -> int:
         """Owners holding their descriptor now."""
         return len(self._lru)
 
-    def opened(self, owner: Closable) -> None:
-        """``owner`` just opened its descriptor: it is the most recently used; past the
-        capacity the least recently used others give theirs up."""
+    @property
+    def open_files(self) -> int:
+        """Descriptors opened through the cache and not yet closed."""
+        return self._live
+
+    def _closed(self) -> None:
+        with self._lock:
+            self._live -= 1
+
+    def opened(self, owner: Closable, handle: FileHandle) -> None:
+        """``owner`` just opened ``handle``: it is the most recently used; while more than
+        the capacity are open the least recently used others give theirs up."""
         evicted: list[Closable] = []
         with self._lock:
+            if handle.on_close is None and handle.fd >= 0:
+                handle.on_close = self._closed
+                self._live += 1
             lru = self._lru
             lru[id(owner)] = owner
             lru.move_to_end(id(owner))
             self._last = owner
+            excess = max(len(lru), self._live) - self.capacity
             skipped = 0
-            while len(lru) > self.capacity:  # (so the owner is not alone in it)
+            while excess > 0 and len(lru) > 1:
                 key, old = next(iter(lru.items()))
                 if old is owner:  # gone round: the newcomer stays
                     lru.move_to_end(key)
@@ -89,6 +112,7 @@ class DescriptorCache:
                     continue
                 del lru[key]
                 evicted.append(old)
+                excess -= 1
             self.evictions += len(evicted)
         for old in evicted:  # outside the lock: a last reference may close the file here
             old.release_descriptor()

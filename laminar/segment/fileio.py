@@ -50,17 +50,21 @@ _install_powerloss_journal()
 class FileHandle:
     """An OS file descriptor closed when explicitly closed or when the last reference goes."""
 
-    __slots__ = ("fd", "path")
+    __slots__ = ("fd", "on_close", "path")
 
     def __init__(self, path: Path, flags: int, mode: int = 0o644) -> None:
         self.path = path
         self.fd = -1
+        self.on_close: Callable[[], None] | None = None  # told once the descriptor is closed
         self.fd = os.open(path, flags | os.O_CLOEXEC, mode)
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
+            told, self.on_close = self.on_close, None
+            if told is not None:
+                told()
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size

@@ -98,7 +98,7 @@ class Segment:
         budget (which now counts the descriptor if it is open) and the log's dirty set."""
         self.on_open, self._budget, self._busy = on_open, budget, busy
         if budget is not None and self._data is not None:
-            budget.opened(self)
+            budget.opened(self, self._data)
 
     @property
     def data(self) -> FileHandle:
@@ -121,7 +121,7 @@ class Segment:
             if self.sealed and self.on_open is not None:
                 self.on_open(self)
             if budget is not None:
-                budget.opened(self)
+                budget.opened(self, handle)
         elif budget is not None:
             budget.touch(self)
         return handle
