@@ -481,7 +481,7 @@ def node_start(
 
     try:
         daemon.run(config)
-    except OSError as exc:
+    except (OSError, LaminarError) as exc:  # e.g. a data directory in use by another node
         fail(f"node {node_id} cannot start: {exc}")
 
 

@@ -16,8 +16,12 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from laminar.client import Admin, Consumer, Producer, TopicPartition
+from laminar.errors import InvalidRequestError
 from tests.cluster_fixture import start_cluster
+from tests.single_node import SingleNode
 
 LIMIT = 1024
 PARTITIONS = 1000
@@ -94,3 +98,15 @@ async def test_nodes_host_more_replicas_than_their_open_files_limit(tmp_path: Pa
             assert "Too many open files" not in node.log_path.read_text(errors="replace")
     finally:
         cluster.stop()
+
+
+async def test_a_second_node_on_the_same_data_directory_is_refused(tmp_path: Path) -> None:
+    first = await SingleNode(tmp_path).start()
+    try:
+        with pytest.raises(InvalidRequestError, match="in use by another process"):
+            await SingleNode(tmp_path).start()
+        assert first.metadata is not None and not first.metadata.closed
+    finally:
+        await first.stop()
+    again = await SingleNode(tmp_path).start()  # the lock went with the first node
+    await again.stop()
