@@ -313,3 +313,36 @@ def test_thousands_of_logs_stay_within_the_budget(fast_dir: Path) -> None:
     # without the budget: one descriptor per log at least (four before this budget existed)
     assert peak - baseline <= budget + 8, f"{peak - baseline} descriptors for {logs_count} logs"
     assert cache.evictions >= 2 * logs_count - 2 * budget
+
+
+def test_out_of_descriptors_idle_files_are_given_up_and_the_open_retried(
+    tmp_path: Path,
+) -> None:
+    import resource
+
+    cache = DescriptorCache(1000)  # more than the process may open: a wrong setting
+    logs = [PartitionLog.open(tmp_path / f"p{i}", descriptors=cache, lock=False) for i in range(40)]
+    try:
+        for plog in logs:
+            plog.append(batch(1), term=1)
+            plog.flush()
+        first = logs[0]
+        first._segments[-1].release_descriptor()  # e.g. taken away earlier
+        cache.forget(first._segments[-1])
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        gap = os.open(os.devnull, os.O_RDONLY)  # where the released descriptor was
+        lowest_free = os.open(os.devnull, os.O_RDONLY)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # none free
+        try:
+            with pytest.raises(OSError):
+                os.open(tmp_path / "p0", os.O_RDONLY)
+            assert first.append(batch(2), term=1) == (1, 1)  # reopened after relieving
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            os.close(gap)
+        assert cache.evictions == 39 and len(cache) == 1
+        assert first.flush() == 2
+    finally:
+        for plog in logs:
+            plog.close()
