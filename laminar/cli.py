@@ -329,6 +329,15 @@ def node_start(
             min=1,
         ),
     ] = 256,
+    max_open_log_files: Annotated[
+        int,
+        typer.Option(
+            help="Segment data files all hosted partition logs keep open together; the "
+            "least recently used are closed and reopened on use (0: half the open-files "
+            "limit).",
+            min=0,
+        ),
+    ] = 0,
     retention_check_interval: Annotated[
         float, typer.Option(help="Seconds between retention passes over every replica.")
     ] = 60.0,
@@ -449,6 +458,7 @@ def node_start(
             metadata_checkpoint_commands=metadata_checkpoint_commands,
             metadata_checkpoint_bytes=parse_size(metadata_checkpoint_bytes),
             max_requests_per_connection=max_requests_per_connection,
+            max_open_log_files=max_open_log_files,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,
             metrics_listen=metrics_listen,
@@ -471,7 +481,7 @@ def node_start(
 
     try:
         daemon.run(config)
-    except OSError as exc:
+    except (OSError, LaminarError) as exc:  # e.g. a data directory in use by another node
         fail(f"node {node_id} cannot start: {exc}")
 
 

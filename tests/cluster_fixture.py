@@ -108,16 +108,18 @@ def start_cluster(
     log_level: str = "info",
     extra_args: list[str] | None = None,
     kafka: bool = False,
+    open_files_limit: int | None = None,
 ) -> ClusterHandle:
     """Start ``nodes`` node processes under ``tmp_path``; by default wait until ready.
     ``extra_args`` go to every `laminar node start`; ``kafka`` opens a Kafka listener on
-    each node (``kafka_bootstrap``)."""
+    each node (``kafka_bootstrap``); ``open_files_limit`` caps each node's RLIMIT_NOFILE."""
     local = LocalCluster(
         Path(tmp_path) / "cluster",
         free_port_pairs(nodes),
         log_level=log_level,
         extra_args=extra_args or (),
         kafka_ports=free_ports(nodes) if kafka else None,
+        open_files_limit=open_files_limit,
     )
     handle = ClusterHandle(local)
     local.start()

@@ -149,6 +149,8 @@ async def test_metrics_and_health_of_a_cluster(tmp_path: Path) -> None:
         assert value(lead, "laminar_metadata_log_checkpoint_offset") == -1  # none due yet
         assert value(lead, "laminar_fdatasync_seconds_count") > 0
         assert value(lead, "laminar_group_commit_logs_count") > 0
+        assert value(lead, "laminar_log_open_files") >= 2  # the metadata log's, the topic's
+        assert value(lead, "laminar_log_file_evictions_total") == 0  # far below the budget
         assert value(lead, "laminar_raft_term", topic=TOPIC) >= 1
         assert value(lead, "laminar_swim_members", state="alive") == 3
         assert value(lead, "laminar_connections", port="peer") == 2

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import contextlib
 import ctypes
+import functools
 import os
 import random
 import signal
@@ -36,6 +37,16 @@ def _die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGTERM us when the parent goes away."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _prepare_child(open_files_limit: int | None) -> None:
+    """Runs in the child between fork and exec."""
+    if sys.platform == "linux":
+        _die_with_parent()
+    if open_files_limit is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files_limit, open_files_limit))
 
 
 def free_port_pairs(count: int) -> list[tuple[int, int]]:
@@ -141,6 +152,7 @@ class LocalCluster:
         tls_client_auth: bool = False,
         kafka_ports: Sequence[int] | None = None,
         metrics_ports: Sequence[int] | None = None,
+        open_files_limit: int | None = None,
     ) -> None:
         """``ports`` holds one (client port, peer port) pair per node; node ids count from 1.
 
@@ -152,6 +164,8 @@ class LocalCluster:
         the nodes with TLS on both ports and authenticated gossip; ``client_ssl`` is then the
         context clients need (with a client certificate if ``tls_client_auth``).
         ``metrics_ports`` (one per node) turn on each node's HTTP metrics and health port.
+        ``open_files_limit`` caps each node process's open files (soft and hard RLIMIT_NOFILE,
+        so the node cannot raise it), as a small production limit would.
         """
         if advertised_peers is not None and len(advertised_peers) != len(ports):
             raise ValueError("advertised_peers needs one address per node")
@@ -165,6 +179,7 @@ class LocalCluster:
         self.log_format = log_format
         self.log_level = log_level
         self.extra_args = list(extra_args)
+        self.open_files_limit = open_files_limit
         self.nodes: dict[int, LocalNode] = {}
         for node_id, (client_port, peer_port) in enumerate(ports, start=1):
             self.nodes[node_id] = LocalNode(
@@ -315,7 +330,7 @@ class LocalCluster:
             stdout=node._log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=functools.partial(_prepare_child, self.open_files_limit),
         )
         return node
 

@@ -34,6 +34,9 @@ class NodeConfig:
     flush_interval_ms: int = 2
     flush_threads: int = 16
     """Threads fdatasyncing a group-commit pass's partition logs in parallel (runtime.py)."""
+    max_open_log_files: int = 0
+    """Segment data files all hosted logs keep open together, least recently used closed
+    first (``segment/descriptors.py``); 0: half the open-files limit."""
     retention_check_ms: int = 60_000
     default_segment_bytes: int = 64 * 1024 * 1024
     default_segment_ms: int = 7 * DAY_MS
@@ -92,6 +95,8 @@ class NodeConfig:
             split_address(address)
         if self.metrics_listen:
             split_address(self.metrics_listen)
+        if self.max_open_log_files < 0:
+            raise ValueError(f"max_open_log_files must be >= 0, not {self.max_open_log_files}")
         self.security.check_exposure(self.listen, self.peer_listen, self.kafka_listen)
 
 

@@ -89,9 +89,9 @@ def tune_gc() -> None:
 
 
 def raise_open_files_limit() -> None:
-    """Every hosted replica keeps about four files open (its directory lock, the active
-    segment's data, offset index and time index): thousands of partitions need more than the
-    usual soft limit of 1,024. Raise it to the hard limit, as far as the process may."""
+    """Raise the soft open-files limit to the hard one, as far as the process may: the node's
+    budget of open log files (``segment/descriptors.py``) is half the soft limit, so a node
+    hosting thousands of replicas keeps more of them open, and reopens fewer."""
     try:
         import resource
     except ImportError:  # not on this platform

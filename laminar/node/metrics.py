@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from laminar.node.metadata import MetadataState
     from laminar.node.replica import Replica
     from laminar.node.runtime import MultiRaft
+    from laminar.segment.descriptors import DescriptorCache
 
 ACKS_NAMES = {-1: "all", 1: "leader", 0: "none"}
 
@@ -117,6 +118,8 @@ class Sources:
     per_partition: bool = False
     metadata_log: Callable[[], list[dict[str, Any]]] = list
     """This node's metadata log row (``status.metadata_log``): start, end, checkpoint."""
+    descriptors: DescriptorCache | None = None
+    """The node's budget of open log files (``segment/descriptors.py``)."""
 
 
 class NodeCollector(Collector):
@@ -199,6 +202,20 @@ class NodeCollector(Collector):
             "Logs made durable by one group-commit pass (its batch size).",
             runtime.commit_logs,
         )
+        files = self.s.descriptors
+        if files is not None:
+            yield GaugeMetricFamily(
+                "laminar_log_open_files",
+                "Segment data files the hosted logs hold open (the budget is "
+                "--max-open-log-files).",
+                value=files.open_files,
+            )
+            yield CounterMetricFamily(
+                "laminar_log_file_evictions",
+                "Segment data files closed to stay within the node's budget of open files "
+                "(each reopened when next used).",
+                value=files.evictions,
+            )
 
     # raft ----------------------------------------------------------------------------------
     def _raft(self) -> Iterator[Metric]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import shutil
 import time
 from pathlib import Path
@@ -56,6 +57,8 @@ from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
+from laminar.segment.descriptors import DescriptorCache
+from laminar.segment.fileio import lock_directory
 from laminar.segment.log import LogConfig
 from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
@@ -97,6 +100,8 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self.amnesia = Amnesia(config.data_dir)
         self.states = StateJournal(config.data_dir / JOURNAL_FILE)
+        self.descriptors = DescriptorCache(config.max_open_log_files or None)
+        self._dir_lock = -1  # flock on data_dir: the replicas' logs take none of their own
         self.runtime = MultiRaft(
             self.node_id,
             config.tick_ms / 1000,
@@ -189,6 +194,19 @@ class Node:
     # lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock = lock_directory(self.config.data_dir)  # one node per data directory
+        try:
+            await self._start()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+
+    def _unlock_data_dir(self) -> None:
+        fd, self._dir_lock = self._dir_lock, -1
+        if fd >= 0:
+            os.close(fd)
+
+    async def _start(self) -> None:
         if self.observability is not None:  # first: /healthz and /readyz answer during start-up
             await self.observability.start()
         self.disk.check()
@@ -218,6 +236,7 @@ class Node:
             roll_at_control=True,
             topic="__metadata",
             states=self.states,
+            descriptors=self.descriptors,
         )
         self.metadata.saves_commit = True
         self.identity.metadata_start = self.metadata.raft.last_index
@@ -315,6 +334,7 @@ class Node:
         await self.peers.stop()
         await self.runtime.stop()
         self.states.close()
+        self._unlock_data_dir()
         log.info("node stopped", node_id=self.node_id)
 
     def spawn(self, coroutine: Any) -> asyncio.Task[Any]:
@@ -564,6 +584,7 @@ class Node:
             topic=topic.name,
             partition=partition,
             states=self.states,
+            descriptors=self.descriptors,
         )
         try:
             replica = opener()

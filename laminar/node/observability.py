@@ -38,6 +38,7 @@ class Observability:
             loop_lag=self.loop_lag,
             per_partition=node.config.metrics_per_partition,
             metadata_log=lambda: metadata_log(node),
+            descriptors=node.descriptors,
         )
         self.registry = registry_for(sources)
         self.server = HealthServer(node.config.metrics_listen, self.registry, self.not_ready)

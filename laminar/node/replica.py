@@ -16,6 +16,7 @@ from laminar.node.log_storage import LogStorage
 from laminar.node.raft_state import StateToSave, StateWriter, load_state, save_state
 from laminar.node.state_journal import StateJournal
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
+from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.log import LogConfig, PartitionLog
 
 LOG_DIR = "log"
@@ -99,12 +100,15 @@ class Replica:
         *,
         cut_damage: bool = False,
         roll_at_control: bool = False,
+        descriptors: DescriptorCache | None = None,
         **kwargs: Any,
     ) -> Replica:
         """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
         crc-checked first and the log cut before the first damaged one (a repair: the caller
         has marked the replica as one that lost state, see repair.py); ``roll_at_control``:
-        see LogStorage."""
+        see LogStorage. ``descriptors``: the node's budget of open log files; a node passing
+        it holds the lock of its whole data directory, so the log takes no lock of its own
+        (one descriptor per replica fewer)."""
         reopen = functools.partial(
             cls.open,
             group,
@@ -114,12 +118,15 @@ class Replica:
             initial_conf,
             raft_config,
             roll_at_control=roll_at_control,
+            descriptors=descriptors,
             **kwargs,
         )
         states: StateJournal | None = kwargs.get("states")
         hard, conf = states.load(directory) if states is not None else load_state(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        log = PartitionLog.open(directory / LOG_DIR, log_config)
+        log = PartitionLog.open(
+            directory / LOG_DIR, log_config, descriptors=descriptors, lock=descriptors is None
+        )
         try:
             if cut_damage:
                 log.cut_at_damage()

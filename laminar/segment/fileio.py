@@ -13,11 +13,12 @@ the variable nothing is wrapped: production pays nothing.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
 
-from laminar.errors import CorruptLogError
+from laminar.errors import CorruptLogError, InvalidRequestError
 
 POWERLOSS_JOURNAL_ENV = "LAMINAR_TEST_POWERLOSS_JOURNAL"
 
@@ -49,17 +50,21 @@ _install_powerloss_journal()
 class FileHandle:
     """An OS file descriptor closed when explicitly closed or when the last reference goes."""
 
-    __slots__ = ("fd", "path")
+    __slots__ = ("fd", "on_close", "path")
 
     def __init__(self, path: Path, flags: int, mode: int = 0o644) -> None:
         self.path = path
         self.fd = -1
+        self.on_close: Callable[[], None] | None = None  # told once the descriptor is closed
         self.fd = os.open(path, flags | os.O_CLOEXEC, mode)
 
     def close(self) -> None:
         fd, self.fd = self.fd, -1
         if fd >= 0:
             os.close(fd)
+            told, self.on_close = self.on_close, None
+            if told is not None:
+                told()
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size
@@ -99,6 +104,18 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lock_directory(path: Path) -> int:
+    """Take an exclusive flock on a directory itself (no lock file to create or leave) and
+    return its descriptor: the lock lasts until it is closed or the process dies."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise InvalidRequestError(f"{path} is in use by another process") from None
+    return fd
 
 
 def write_atomic(path: Path, data: bytes) -> None:

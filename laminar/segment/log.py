@@ -5,6 +5,11 @@ run in a worker thread at the same time; it shares only ``_end``, ``_durable``, 
 and the dirty set with the loop thread, always under ``_lock``, and never holds that lock across
 an fdatasync. A second lock serialises flushes, so a flush that returns covers every append made
 before it started.
+
+Descriptors: a log opened with a node's ``DescriptorCache`` (``descriptors.py``) lets the node
+close its data files while idle and reopens them on use, so a node's open files do not grow with
+the replicas it hosts. The dirty set holds the very handles appends wrote through: a handle the
+cache takes from a segment stays open until the flush that covers its writes fdatasyncs it.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from laminar.segment.batch import (
     check_batch,
     read_header,
 )
+from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
 from laminar.segment.segment import Segment
@@ -52,6 +58,8 @@ _NAME = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _NO_LIMIT = 1 << 63
 LOCK_NAME = ".lock"
 MAX_OPEN_SEALED = 8  # sealed segments per log that keep their data file open
+_open_dirs: set[str] = set()  # directories of the PartitionLogs open in this process
+_open_dirs_lock = threading.Lock()
 
 
 @dataclass
@@ -79,9 +87,12 @@ class LogConfig:
 class PartitionLog:
     """A partition's log: segments ``<base>.log/.index/.timeindex`` under one directory."""
 
-    def __init__(self, directory: Path, config: LogConfig) -> None:
+    def __init__(
+        self, directory: Path, config: LogConfig, descriptors: DescriptorCache | None = None
+    ) -> None:
         self._dir = directory
         self.config = config
+        self._descriptors = descriptors
         self._segments: list[Segment] = []
         self._bases: list[int] = []
         self._start = 0
@@ -97,38 +108,86 @@ class PartitionLog:
         self._dir_dirty = False
         self._closed = False
         self._lock_fd = -1
+        self._claimed: str | None = None
         self._failed: CorruptLogError | None = None
         self._open_sealed: OrderedDict[int, Segment] = OrderedDict()
 
     # ------------------------------------------------------------------------------- opening
 
     @classmethod
-    def open(cls, path: str | Path, config: LogConfig | None = None) -> PartitionLog:
+    def open(
+        cls,
+        path: str | Path,
+        config: LogConfig | None = None,
+        *,
+        descriptors: DescriptorCache | None = None,
+        lock: bool = True,
+    ) -> PartitionLog:
+        """Open (or create) the log in ``path``.
+
+        ``descriptors``: the node-wide budget of open data files this log shares (without one
+        the log keeps its active segment's data file open for its whole life). ``lock``: take
+        an flock on ``<path>/.lock`` so no other process opens the log meanwhile; a node that
+        holds the lock of its whole data directory passes False and saves a descriptor per
+        replica. Within this process one log per directory is enforced either way.
+        """
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
-        plog = cls(directory, config or LogConfig())
-        plog._lock_directory()
+        plog = cls(directory, config or LogConfig(), descriptors)
+        plog._lock_directory(lock)
         try:
             plog._recover()
         except BaseException:
+            plog._close_segments()
             plog._unlock_directory()
             raise
         return plog
 
-    def _lock_directory(self) -> None:
-        """One PartitionLog per directory, across processes too (released on close or death)."""
-        fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    def _lock_directory(self, flock: bool) -> None:
+        """One PartitionLog per directory: in this process always, across processes with
+        ``flock`` (released on close or death)."""
+        key = os.path.abspath(self._dir)
+        with _open_dirs_lock:
+            if key in _open_dirs:
+                raise InvalidRequestError(f"{self._dir} is already open by another log")
+            _open_dirs.add(key)
+        self._claimed = key
+        if not flock:
+            return
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise InvalidRequestError(f"{self._dir} is already open by another log") from None
+            fd = os.open(self._dir / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise InvalidRequestError(
+                    f"{self._dir} is already open by another process"
+                ) from None
+        except BaseException:
+            self._unlock_directory()
+            raise
         self._lock_fd = fd
 
     def _unlock_directory(self) -> None:
         fd, self._lock_fd = self._lock_fd, -1
         if fd >= 0:
             os.close(fd)
+        key, self._claimed = self._claimed, None
+        if key is not None:
+            with _open_dirs_lock:
+                _open_dirs.discard(key)
+
+    def _hook(self, seg: Segment) -> None:
+        """Give a segment of this log the log's sealed-file LRU and the node's budget."""
+        seg.attach(self._sealed_opened, self._descriptors, self._is_dirty)
+
+    def _is_dirty(self, handle: FileHandle) -> bool:
+        """Whether ``handle`` awaits the next flush's fdatasync (any thread; a dict lookup)."""
+        return id(handle) in self._dirty
+
+    def _close_segments(self) -> None:
+        for seg in self._segments:
+            seg.close()
 
     def _recover(self) -> None:
         directory = self._dir
@@ -180,11 +239,12 @@ class PartitionLog:
             ]
             active = Segment.recover_active(directory, ordered[-1], interval)
             segments.append(active)
-            os.fdatasync(active.data.fd)
+            handle = active.data
+            os.fdatasync(handle.fd)
             self._segments = segments
         self._bases = [s.base for s in self._segments]
         for seg in self._segments:
-            seg.on_open = self._sealed_opened
+            self._hook(seg)
             idx = seg.idx
             for term, group in groupby(zip(idx.offsets, idx.terms, strict=True), itemgetter(1)):
                 if not self._term_values or term != self._term_values[-1]:
@@ -288,16 +348,33 @@ class PartitionLog:
 
     def _roll(self) -> Segment:
         old = self._segments[-1]
-        old.seal()
-        self._sealed_opened(old)
+        old.seal()  # fdatasyncs through the segment's current handle
+        self._sync_stale(old)
+        if old.open_handle is not None:
+            self._sealed_opened(old)
         seg = Segment.create(self._dir, self._end, self.config.index_interval_bytes)
-        seg.on_open = self._sealed_opened
+        self._hook(seg)
         self._segments.append(seg)
         self._bases.append(seg.base)
         with self._lock:
-            self._dirty.pop(id(old.open_handle), None)
+            self._forget_dirty({old.log_path})
             self._dir_dirty = True
         return seg
+
+    def _sync_stale(self, seg: Segment) -> None:
+        """fdatasync the unsynced handles the budget took from ``seg``, each through the very
+        descriptor its appends went through (``seg`` just synced its current one)."""
+        current = seg.open_handle
+        with self._lock:
+            stale = [h for h in self._dirty.values() if h.path == seg.log_path and h is not current]
+        for handle in stale:
+            if handle.fd >= 0:
+                os.fdatasync(handle.fd)
+
+    def _forget_dirty(self, paths: set[Path]) -> None:
+        """Drop the dirty handles of these files (made durable or cut); under ``_lock``."""
+        for key in [k for k, h in self._dirty.items() if h.path in paths]:
+            del self._dirty[key]
 
     def roll(self) -> None:
         """Seal the active segment now if it holds anything (tests, admin)."""
@@ -392,8 +469,10 @@ class PartitionLog:
         return LogSlice(seg.data, seg.log_path, first[0], length, first[1], nxt)
 
     def _empty_slice(self, offset: int) -> LogSlice:
+        """Nothing to serve: no descriptor either (long polls of idle partitions land here,
+        and must not reopen their files)."""
         seg = self._segments[-1]
-        return LogSlice(seg.data, seg.log_path, seg.size, 0, offset, offset)
+        return LogSlice(None, seg.log_path, seg.size, 0, offset, offset)
 
     def batches(self, start: int, end: int, max_bytes: int) -> list[memoryview]:
         """Whole batches covering [start, end), at least one, crc-verified (Raft replication)."""
@@ -409,7 +488,8 @@ class PartitionLog:
             if out and first[3] > remaining:
                 break
             length, nxt = seg.extent(first, remaining, _NO_LIMIT, end)
-            data = memoryview(pread_exact(seg.data.fd, length, pos, seg.log_path))
+            handle = seg.data
+            data = memoryview(pread_exact(handle.fd, length, pos, seg.log_path))
             out += _checked_batches(seg, data, pos, first[1])
             remaining -= length
             cur = nxt
@@ -505,13 +585,14 @@ class PartitionLog:
         """Remove everything from batch boundary ``pos`` (offset ``offset``) of segment i."""
         seg = self._segments[i]
         removed = self._segments[i + 1 :]
-        removed_handles = [id(s.open_handle) for s in removed]
+        cut_paths = {s.log_path for s in self._segments[i:]}
         for s in reversed(removed):
             self._open_sealed.pop(s.base, None)
             s.delete()
         if removed:
             fsync_dir(self._dir)
         seg.truncate_to(pos)
+        self._sync_stale(seg)
         del self._segments[i + 1 :], self._bases[i + 1 :]
         k = bisect_right(self._term_offsets, offset - 1)
         del self._term_offsets[k:], self._term_values[k:]
@@ -519,9 +600,7 @@ class PartitionLog:
             self._end = offset
             self._durable = offset
             self._generation += 1
-            for key in removed_handles:
-                self._dirty.pop(key, None)
-            self._dirty.pop(id(seg.open_handle), None)
+            self._forget_dirty(cut_paths)  # (truncate_to made what remains durable)
         log.info("truncated log", directory=str(self._dir), offset=offset)
 
     def reset(self, start_offset: int, prev_term: int) -> None:
@@ -538,7 +617,7 @@ class PartitionLog:
         if not marker_first:
             write_start(self._dir, start_offset, prev_term)
         seg = Segment.create(self._dir, start_offset, self.config.index_interval_bytes)
-        seg.on_open = self._sealed_opened
+        self._hook(seg)
         self._open_sealed.clear()
         fsync_dir(self._dir)
         self._segments = [seg]
@@ -643,8 +722,7 @@ class PartitionLog:
     def _close_files(self) -> None:
         with self._flush_lock:
             self._closed = True
-            for seg in self._segments:
-                seg.close()
+            self._close_segments()
             self._open_sealed.clear()
             self._dirty.clear()
             self._unlock_directory()

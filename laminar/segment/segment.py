@@ -3,11 +3,18 @@
 A segment is either active (the last one, appended to) or sealed (immutable, fsynced when it was
 rolled). Sealed segments are trusted through their indexes on open; the active segment is
 recovered by verifying every batch after its last usable index entry.
+
+Descriptors: the index files are open only while written (their entries are buffered and
+written a few KiB at a time), and the data file is opened on demand. A log sharing a node's
+``DescriptorCache`` may have any segment's data descriptor taken away between two calls, so
+code here holds the ``FileHandle`` in a local while it uses its ``fd``: the handle, not the
+segment, keeps the descriptor open.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import struct
 from bisect import bisect_left, bisect_right
@@ -18,7 +25,8 @@ import structlog
 
 from laminar.errors import CorruptBatchError, CorruptLogError
 from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, read_header, verify_batch
-from laminar.segment.fileio import FileHandle, open_append, pread_exact, rewrite_file
+from laminar.segment.descriptors import DescriptorCache
+from laminar.segment.fileio import FileHandle, open_append, pread_exact
 from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 log = structlog.get_logger(__name__)
@@ -43,10 +51,10 @@ class Segment:
         self.time_path = directory / f"{name}.timeindex"
         self.interval = interval
         self._data: FileHandle | None = None
-        self.on_open: Callable[[Segment], None] | None = None  # the log's open-file budget
+        self.on_open: Callable[[Segment], None] | None = None  # the log's sealed-file LRU
+        self._budget: DescriptorCache | None = None  # the node's, if the log shares one
+        self._busy: Callable[[FileHandle], bool] | None = None  # awaiting an fdatasync?
         self.closed = False
-        self.index_fh: FileHandle | None = None
-        self.time_fh: FileHandle | None = None
         self.idx = OffsetIndex(base)
         self.tidx = TimeIndex(base)
         self.size = 0  # bytes of whole batches in the data file
@@ -78,19 +86,44 @@ class Segment:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             os.close(fd)
         seg.data = open_append(seg.log_path)
-        seg._open_index_files()
         return seg
+
+    def attach(
+        self,
+        on_open: Callable[[Segment], None] | None,
+        budget: DescriptorCache | None,
+        busy: Callable[[FileHandle], bool] | None,
+    ) -> None:
+        """Hook the segment to its log: the log's LRU of sealed files, the node's descriptor
+        budget (which now counts the descriptor if it is open) and the log's dirty set."""
+        self.on_open, self._budget, self._busy = on_open, budget, busy
+        if budget is not None and self._data is not None:
+            budget.opened(self, self._data)
 
     @property
     def data(self) -> FileHandle:
-        """The data file, opened on first use: sealed segments hold no descriptor until read."""
+        """The data file, opened on demand: sealed segments hold no descriptor until read, and
+        any segment may lose its descriptor to the node's budget (``release_descriptor``).
+        Keep the returned handle while using its ``fd``."""
         handle = self._data
+        budget = self._budget
         if handle is None:
             if self.closed:
                 raise ValueError(f"{self.log_path}: the log is closed")
-            handle = self._data = open_append(self.log_path, create=False)
-            if self.on_open is not None:
+            try:
+                handle = open_append(self.log_path, create=False)
+            except OSError as exc:
+                if exc.errno not in (errno.EMFILE, errno.ENFILE) or budget is None:
+                    raise
+                budget.relieve()  # out of descriptors: close every idle file and try again
+                handle = open_append(self.log_path, create=False)
+            self._data = handle
+            if self.sealed and self.on_open is not None:
                 self.on_open(self)
+            if budget is not None:
+                budget.opened(self, handle)
+        elif budget is not None:
+            budget.touch(self)
         return handle
 
     @data.setter
@@ -106,12 +139,18 @@ class Segment:
         """Drop a sealed segment's descriptor (it closes once slices and flushes let go)."""
         if self.sealed:
             self._data = None
+            if self._budget is not None:
+                self._budget.forget(self)
 
-    def _open_index_files(self) -> None:
-        if self.index_fh is None:
-            self.index_fh = open_append(self.index_path)
-        if self.time_fh is None:
-            self.time_fh = open_append(self.time_path)
+    def release_descriptor(self) -> None:
+        """The node's budget takes the descriptor back: drop our reference (a flush, a slice
+        or a caller holding the handle keeps it open until done); the next use reopens."""
+        self._data = None
+
+    def descriptor_busy(self) -> bool:
+        """Whether our handle still awaits its fdatasync (dropping it would free nothing)."""
+        handle, busy = self._data, self._busy
+        return handle is not None and busy is not None and busy(handle)
 
     @classmethod
     def open_sealed(cls, directory: Path, base: int, next_base: int, interval: int) -> Segment:
@@ -194,8 +233,8 @@ class Segment:
         """Open the last segment: verify every batch after the last good index entry and cut
         a torn or corrupt tail."""
         seg = cls(directory, base, interval)
-        seg.data = open_append(seg.log_path)
-        size = seg.data.size()
+        seg.data = handle = open_append(seg.log_path)
+        size = handle.size()
         raw_idx = _read_or_empty(seg.index_path)
         raw_time = _read_or_empty(seg.time_path)
         idx, _ = OffsetIndex.parse(base, raw_idx, size)
@@ -230,22 +269,21 @@ class Segment:
             if stop == first_pos:  # the indexed batch itself is bad
                 idx.keep(len(idx) - 1)
                 seg._restore_tail_state(stop)
-            os.ftruncate(seg.data.fd, stop)
+            os.ftruncate(handle.fd, stop)
         seg._derive_time_index(seal=False)
-        seg._open_index_files()
-        assert seg.index_fh is not None and seg.time_fh is not None
-        for fh, raw, fresh in (
-            (seg.index_fh, raw_idx, seg.idx.to_bytes()),
-            (seg.time_fh, raw_time, seg.tidx.to_bytes()),
+        for path, raw, fresh in (
+            (seg.index_path, raw_idx, seg.idx.to_bytes()),
+            (seg.time_path, raw_time, seg.tidx.to_bytes()),
         ):
-            if raw != fresh:
-                rewrite_file(fh, fresh)
+            if raw != fresh:  # (not synced: rebuilt again if a crash loses it)
+                _write_whole(path, fresh, sync=False)
         return seg
 
     def _entry_matches(self, idx: OffsetIndex, size: int) -> bool:
         pos = idx.positions[-1]
+        handle = self.data
         try:
-            h = read_header(os.pread(self.data.fd, HEADER_SIZE, pos))
+            h = read_header(os.pread(handle.fd, HEADER_SIZE, pos))
         except CorruptBatchError:
             return False
         return (
@@ -324,12 +362,13 @@ class Segment:
 
     def write_pending(self) -> None:
         """Write buffered index entries (index files are rebuilt on recovery, never fsynced
-        while active)."""
-        if self._pending_idx and self.index_fh is not None:
-            os.write(self.index_fh.fd, self._pending_idx)
+        while active). The files are opened for the write only: entries come a few KiB at a
+        time, and a node hosting thousands of replicas cannot keep two descriptors each."""
+        if self._pending_idx:
+            _append_whole(self.index_path, self._pending_idx)
             self._pending_idx.clear()
-        if self._pending_time and self.time_fh is not None:
-            os.write(self.time_fh.fd, self._pending_time)
+        if self._pending_time:
+            _append_whole(self.time_path, self._pending_time)
             self._pending_time.clear()
 
     def seal(self) -> None:
@@ -338,16 +377,11 @@ class Segment:
         The index files are written but not fsynced: after a power cut a sealed index that
         lost its tail fails the open-time checks and is rebuilt from the (durable) data file.
         """
-        self.write_pending()
         if self.max_ts > self.tidx.last_timestamp:
-            entry = self.tidx.add(self.max_ts, self.max_off, self.max_pos)
-            assert self.time_fh is not None
-            os.write(self.time_fh.fd, entry)
-        os.fdatasync(self.data.fd)
-        for fh in (self.index_fh, self.time_fh):
-            if fh is not None:
-                fh.close()
-        self.index_fh = self.time_fh = None
+            self._pending_time += self.tidx.add(self.max_ts, self.max_off, self.max_pos)
+        self.write_pending()
+        handle = self.data
+        os.fdatasync(handle.fd)
         self.tidx = TimeIndex(self.base)  # only the active segment needs it in memory
         self.sealed = True
 
@@ -355,7 +389,8 @@ class Segment:
 
     def walk(self, pos: int, limit: int) -> Iterator[tuple[int, BatchHeader]]:
         """Headers of the batches starting in [pos, limit), read in chunks (no crc check)."""
-        fd = self.data.fd
+        handle = self.data  # (held: keeps fd open while the generator is suspended)
+        fd = handle.fd
         chunk = 2 * self.interval + HEADER_SIZE  # about the distance between index entries
         buf = b""
         buf_pos = pos
@@ -374,7 +409,8 @@ class Segment:
     def walk_lean(self, pos: int, limit: int) -> Iterator[tuple[int, int, int, int]]:
         """(position, base offset, last offset, length) of the batches starting in
         [pos, limit): the hot-path walker behind locate and extent."""
-        fd = self.data.fd
+        handle = self.data
+        fd = handle.fd
         chunk = 2 * self.interval + HEADER_SIZE
         unpack = _LEAN.unpack_from
         buf = b""
@@ -403,7 +439,8 @@ class Segment:
             raise CorruptLogError(f"{self.log_path}: offset {offset} is before the segment")
         pos = idx.positions[i]
         if idx.offsets[i] == offset:  # sequential reads land here
-            head = os.pread(self.data.fd, _LEAN.size, pos)
+            handle = self.data
+            head = os.pread(handle.fd, _LEAN.size, pos)
             if len(head) == _LEAN.size:
                 base, length, magic, lod = _LEAN.unpack_from(head)
                 if base == offset and magic == MAGIC and length >= HEADER_SIZE:
@@ -488,7 +525,8 @@ class Segment:
 
         Returns (position reached, None) or (position of the first bad batch, reason).
         """
-        fd = self.data.fd
+        handle = self.data
+        fd = handle.fd
         buf = b""
         buf_pos = pos
         while pos < limit:
@@ -526,7 +564,8 @@ class Segment:
     def truncate_to(self, pos: int) -> None:
         """Cut the segment at batch boundary ``pos`` and make the cut durable; unseals it."""
         self.write_pending()
-        os.ftruncate(self.data.fd, pos)
+        handle = self.data
+        os.ftruncate(handle.fd, pos)
         if self.unchecked_to > pos:  # what is appended after the cut is checked on arrival
             self.unchecked_to = pos
             if self.unchecked_from >= pos:
@@ -537,13 +576,9 @@ class Segment:
         idx.keep(bisect_left(idx.positions, pos))
         self._restore_tail_state(pos)
         self._derive_time_index(seal=False)
-        self._open_index_files()
-        assert self.index_fh is not None and self.time_fh is not None
-        rewrite_file(self.index_fh, idx.to_bytes())
-        rewrite_file(self.time_fh, self.tidx.to_bytes())
-        os.fdatasync(self.data.fd)
-        os.fdatasync(self.index_fh.fd)
-        os.fdatasync(self.time_fh.fd)
+        _write_whole(self.index_path, idx.to_bytes())
+        _write_whole(self.time_path, self.tidx.to_bytes())
+        os.fdatasync(handle.fd)
         self.sealed = False
 
     def _restore_tail_state(self, limit: int) -> None:
@@ -563,20 +598,24 @@ class Segment:
 
     def delete(self) -> None:
         """Unlink the files; descriptors close when their last user (slice, flush) lets go."""
-        self.index_fh = self.time_fh = None
+        self._pending_idx.clear()
+        self._pending_time.clear()
         self._data = None
         self.closed = True
+        if self._budget is not None:
+            self._budget.forget(self)
         for path in (self.log_path, self.index_path, self.time_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
     def close(self) -> None:
         self.write_pending()
-        for fh in (self._data, self.index_fh, self.time_fh):
-            if fh is not None:
-                fh.close()
+        if self._data is not None:
+            self._data.close()
         self._data = None
         self.closed = True
+        if self._budget is not None:
+            self._budget.forget(self)
 
 
 def _read_or_empty(path: Path) -> bytes:
@@ -586,10 +625,23 @@ def _read_or_empty(path: Path) -> bytes:
         return b""
 
 
-def _write_whole(path: Path, data: bytes) -> None:
+def _write_whole(path: Path, data: bytes, *, sync: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-        os.fdatasync(fd)
+        if data:
+            os.write(fd, data)
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _append_whole(path: Path, data: bytes | bytearray) -> None:
+    """Append to a small file through a descriptor of its own, closed at once."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
     finally:
         os.close(fd)

@@ -15,14 +15,14 @@ class LogSlice:
     ``file`` is a private read-only file object (its own file offset, so concurrent
     ``loop.sendfile`` fallbacks never disturb each other); close the slice when done with it.
     The slice keeps the segment's descriptor alive, so it stays readable even if retention or
-    truncation deletes the segment meanwhile.
+    truncation deletes the segment meanwhile. An empty slice holds no descriptor.
     """
 
     __slots__ = ("_file", "_handle", "base_offset", "length", "next_offset", "path", "position")
 
     def __init__(
         self,
-        handle: FileHandle,
+        handle: FileHandle | None,
         path: Path,
         position: int,
         length: int,
@@ -47,13 +47,15 @@ class LogSlice:
     def file(self) -> BinaryIO:
         if self._file is None:
             try:  # a new open file description of the same (possibly unlinked) file
+                if self._handle is None:
+                    raise OSError("an empty slice holds no descriptor")
                 self._file = open(f"/proc/self/fd/{self._handle.fd}", "rb", buffering=0)  # noqa: SIM115
             except OSError:
                 self._file = open(self.path, "rb", buffering=0)  # noqa: SIM115
         return self._file
 
     def tobytes(self) -> bytes:
-        if not self.length:
+        if not self.length or self._handle is None:
             return b""
         return pread_exact(self._handle.fd, self.length, self.position, self.path)
 

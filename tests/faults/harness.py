@@ -59,6 +59,7 @@ class RunConfig:
     recover_timeout: float = 60.0
     settle: float = 1.0  # seconds of traffic between healing and the next fault
     fail_fast: bool = False  # stop injecting after the first anomaly (short test runs)
+    max_open_log_files: int = 0  # each node's budget of open log files (0: its default)
     say: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
 
     def replay_command(self) -> str:
@@ -66,6 +67,7 @@ class RunConfig:
             f"python -m tests.faults --seed {self.seed} --nodes {self.nodes} "
             f"--cycles {self.cycles} --faults {','.join(self.faults)}"
             + (" --mixed" if self.mixed else "")
+            + (f" --max-open-log-files {n}" if (n := self.max_open_log_files) else "")
         )
 
 
@@ -233,6 +235,11 @@ class FaultRun:
             log_level="info",
             advertised_peers=[advertised[n] for n in sorted(advertised)],
             node_env=lambda n: {POWERLOSS_JOURNAL_ENV: str(self.journal(n))},
+            extra_args=(
+                ["--max-open-log-files", str(config.max_open_log_files)]
+                if config.max_open_log_files
+                else []
+            ),
         )
         self.cluster.start()
         await self.cluster.wait_ready(config.recover_timeout)

@@ -39,6 +39,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--mixed", action="store_true", help="random faults, some overlapping")
     parser.add_argument("--root", type=Path, default=None, help="where run directories go")
     parser.add_argument("--keep", action="store_true", help="keep run directories that passed")
+    parser.add_argument(
+        "--max-open-log-files", type=int, default=0, help="each node's open log files budget"
+    )
     return parser.parse_args(argv)
 
 
@@ -55,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
         faults = fit([f for f in args.faults.split(",") if f] or list(ALL_FAULTS), nodes)
         run_dir = root / f"seed-{seed}-n{nodes}"
         config = RunConfig(
-            run_dir, nodes=nodes, seed=seed, faults=faults, cycles=args.cycles, mixed=mixed
+            run_dir,
+            nodes=nodes,
+            seed=seed,
+            faults=faults,
+            cycles=args.cycles,
+            mixed=mixed,
+            max_open_log_files=args.max_open_log_files,
         )
         report = asyncio.run(FaultRun(config).execute())
         print(report.summary(), flush=True)
