@@ -262,3 +262,28 @@ def test_sealed_index_that_lost_its_tail_still_works(tmp_path: Path, entries: in
         assert [log.batch_bounds(o)[0] for o in range(40)] == list(range(40))
         assert log.offset_for_timestamp(NOW + 23) == 23
         assert log.verify() == 40
+
+
+def test_after_one_syncfs_a_reopen_needs_no_fdatasync_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart syncs the filesystem once (sync_filesystem) and opens its logs ``synced``:
+    the tail a crashed process left in the page cache is then durable without one fdatasync
+    per log; without ``synced`` the open still makes that tail durable itself."""
+    from laminar.segment.fileio import sync_filesystem
+
+    log = PartitionLog.open(tmp_path, CFG)
+    log.append(build_batch([(b"k", b"unsynced", (), NOW)]), term=1, now_ms=NOW)
+    stored = contents(log)  # written, never flushed: as a SIGKILLed process leaves it
+    log.close()
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(fd), real(fd))[1])
+    with PartitionLog.open(tmp_path, CFG) as reopened:
+        assert contents(reopened) == stored
+    assert synced, "an open on its own must fdatasync the recovered tail"
+    synced.clear()
+    assert sync_filesystem(tmp_path)
+    with PartitionLog.open(tmp_path, CFG, synced=True) as reopened:
+        assert contents(reopened) == stored and reopened.durable_offset == 1
+    assert not synced

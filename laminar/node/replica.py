@@ -101,6 +101,7 @@ class Replica:
         cut_damage: bool = False,
         roll_at_control: bool = False,
         descriptors: DescriptorCache | None = None,
+        synced: bool = False,
         **kwargs: Any,
     ) -> Replica:
         """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
@@ -108,7 +109,8 @@ class Replica:
         has marked the replica as one that lost state, see repair.py); ``roll_at_control``:
         see LogStorage. ``descriptors``: the node's budget of open log files; a node passing
         it holds the lock of its whole data directory, so the log takes no lock of its own
-        (one descriptor per replica fewer)."""
+        (one descriptor per replica fewer). ``synced``: see ``PartitionLog.open`` (not kept
+        for ``reopen``, which syncs afresh)."""
         reopen = functools.partial(
             cls.open,
             group,
@@ -125,7 +127,11 @@ class Replica:
         hard, conf = states.load(directory) if states is not None else load_state(directory)
         directory.mkdir(parents=True, exist_ok=True)
         log = PartitionLog.open(
-            directory / LOG_DIR, log_config, descriptors=descriptors, lock=descriptors is None
+            directory / LOG_DIR,
+            log_config,
+            descriptors=descriptors,
+            lock=descriptors is None,
+            synced=synced,
         )
         try:
             if cut_damage:

@@ -122,6 +122,7 @@ class PartitionLog:
         *,
         descriptors: DescriptorCache | None = None,
         lock: bool = True,
+        synced: bool = False,
     ) -> PartitionLog:
         """Open (or create) the log in ``path``.
 
@@ -130,13 +131,16 @@ class PartitionLog:
         an flock on ``<path>/.lock`` so no other process opens the log meanwhile; a node that
         holds the lock of its whole data directory passes False and saves a descriptor per
         replica. Within this process one log per directory is enforced either way.
+        ``synced``: the caller made the whole filesystem durable (``sync_filesystem``) since
+        the last process that wrote this log ended, so recovery need not fdatasync the tail
+        that process may have left in the page cache.
         """
         directory = Path(path)
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, config or LogConfig(), descriptors)
         plog._lock_directory(lock)
         try:
-            plog._recover()
+            plog._recover(synced)
         except BaseException:
             plog._close_segments()
             plog._unlock_directory()
@@ -189,7 +193,7 @@ class PartitionLog:
         for seg in self._segments:
             seg.close()
 
-    def _recover(self) -> None:
+    def _recover(self, synced: bool = False) -> None:
         directory = self._dir
         interval = self.config.index_interval_bytes
         bases: set[int] = set()
@@ -239,8 +243,9 @@ class PartitionLog:
             ]
             active = Segment.recover_active(directory, ordered[-1], interval)
             segments.append(active)
-            handle = active.data
-            os.fdatasync(handle.fd)
+            if not synced:  # what a crashed process left unsynced must be durable now
+                handle = active.data
+                os.fdatasync(handle.fd)
             self._segments = segments
         self._bases = [s.base for s in self._segments]
         for seg in self._segments:
