@@ -54,6 +54,13 @@ POOL_FROM_LOGS = 8
 """A pass over fewer logs fdatasyncs them in the flush thread itself: handing a few over to
 the pool and back costs thread wake-ups (CPU on a busy machine) for little gain."""
 
+WAKE_AT_ONCE = 256
+"""Groups a returning peer wakes in one slice (see ``MultiRaft._wake_gradually``)."""
+BUSY_GROUPS = 1024
+WAKE_WAIT_TICKS = 20
+"""A slice waits at most this many ticks for fewer than ``BUSY_GROUPS`` groups to be awake:
+a node busy with traffic on many groups still catches the returning peer up."""
+
 SendToPeer = Callable[[int, list[GroupMessage]], None]
 ReplicaFailed = Callable[[Replica, Exception], None]
 """Told once a replica was taken offline by a fault: (the closed replica, the error)."""
@@ -102,6 +109,7 @@ class MultiRaft:
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._wakers: set[asyncio.Task[None]] = set()
         self.flush_cycles = 0
         self.ticks = 0
         # metrics (node/metrics.py reads them at scrape time): fsync_seconds is written by the
@@ -125,9 +133,9 @@ class MultiRaft:
 
     async def stop(self) -> None:
         self._stopping = True  # a pass still in the flush thread releases nothing more
-        for task in self._tasks:
+        for task in (*self._tasks, *self._wakers):
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._wakers, return_exceptions=True)
         # (after any pass in flight: the executor has one thread)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sync_all_logs)
         for replica in self._close_after_flush:
@@ -185,30 +193,64 @@ class MultiRaft:
         self.wake(replica)
 
     def node_down(self, node_id: int) -> None:
-        """A peer node is gone: wake its groups so they elect without waiting on it. Of the
-        groups it led, each picks one successor among the voters still up, spread by group
-        number, the same pick on every survivor (``RaftNode.report_node_down``)."""
+        """A peer node is gone: its groups stop counting on it, and those it led (or that know
+        no leader) wake to elect without it. Of those, each picks one successor among the
+        voters still up, spread by group number, the same pick on every survivor
+        (``RaftNode.report_node_down``). A quiet group it only followed in stays asleep:
+        waking thousands of them at once only made them heartbeat and go quiet again, on the
+        CPU the elections needed."""
         self._down_nodes.add(node_id)
         down = self._down_nodes
         for replica in self.replicas.values():
-            conf = replica.raft.conf
+            raft = replica.raft
+            conf = raft.conf
             if node_id in conf.voters or node_id in conf.learners:
+                orphaned = raft.leader_id in (node_id, 0)
                 live = sorted(v for v in conf.voters if v not in down)
                 first = bool(live) and live[replica.group % len(live)] == self.node_id
-                replica.raft.report_node_down(node_id, first=first)
-                self._active.add(replica)
-                self.wake(replica)
+                raft.report_node_down(node_id, first=first)
+                if orphaned or not raft.quiesced:
+                    self._active.add(replica)
+                    self.wake(replica)
 
     def node_up(self, node_id: int) -> None:
         """A peer node is back: every group counts it again, including groups it is not (yet)
         a member of: a group that later adds it (a move) must wait for it to catch up before
-        going quiet, or a lagging learner would only move on with the next proposal."""
+        going quiet, or a lagging learner would only move on with the next proposal. Its
+        groups wake to catch it up, a slice at a time once many are awake (see
+        ``_wake_gradually``)."""
         self._down_nodes.discard(node_id)
+        members = []
         for replica in self.replicas.values():
             replica.raft.report_node_up(node_id)
             if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
+                members.append(replica)
+        if len(members) <= WAKE_AT_ONCE:
+            self._wake_all(members)
+            return
+        waker = asyncio.get_running_loop().create_task(self._wake_gradually(members))
+        self._wakers.add(waker)
+        waker.add_done_callback(self._wakers.discard)
+
+    def _wake_all(self, replicas: list[Replica]) -> None:
+        for replica in replicas:
+            if not replica.closed:
                 self._active.add(replica)
                 self.wake(replica)
+
+    async def _wake_gradually(self, replicas: list[Replica]) -> None:
+        """Wake ``replicas`` ``WAKE_AT_ONCE`` at a time, each slice once no more than
+        ``BUSY_GROUPS`` groups are awake (or after ``WAKE_WAIT_TICKS``). Woken all at once,
+        10,000 groups ticked, heartbeated both peers every tick and answered each other's
+        heartbeats until the returning node had caught up on every one; the node it waited for
+        was the busiest, so that took a minute of every node's CPU."""
+        for start in range(0, len(replicas), WAKE_AT_ONCE):
+            for _ in range(WAKE_WAIT_TICKS):
+                if len(self._active) <= BUSY_GROUPS:
+                    break
+                await asyncio.sleep(self.tick_seconds)
+            self._wake_all(replicas[start : start + WAKE_AT_ONCE])
+            await asyncio.sleep(0)
 
     def is_down(self, node_id: int) -> bool:
         """Whether ``node_id`` was reported down and not up since."""
