@@ -784,15 +784,18 @@ class Producer:
             self._leader_watch = asyncio.create_task(self._follow_leaders())
 
     async def _follow_leaders(self) -> None:
-        """While batches wait for a partition's new leader, refresh the metadata every
-        ``retry_backoff`` and send each such batch the moment another leader shows, whatever
-        its backoff (as Kafka's KIP-951 skips the backoff once the leader changed). With a
-        doubling backoff alone, a batch that failed while thousands of partitions elected
-        their new leaders (a node died) slept up to a second after its leader was known."""
+        """While batches wait for a partition's new leader, refresh the metadata and send each
+        such batch the moment another leader shows, whatever its backoff (as Kafka's KIP-951
+        skips the backoff once the leader changed). With a doubling backoff alone, a batch
+        that failed while thousands of partitions elected their new leaders (a node died)
+        slept up to a second after its leader was known. Refreshes come ``retry_backoff``
+        apart while they show new leaders, and back off (doubling, up to a second) while they
+        show none: at 10,000 partitions one metadata answer costs a node ~70 ms of CPU."""
         cluster = self._cluster
         assert cluster is not None
         accumulator = self._accumulator
         assert accumulator is not None
+        delay = self.retry_backoff
         while True:
             try:
                 await cluster.refresh_metadata()
@@ -814,7 +817,8 @@ class Producer:
                 self._wakeup.set()
             if not any(b.failed_leader is not None for b in waiting):
                 return
-            await asyncio.sleep(self.retry_backoff)
+            delay = self.retry_backoff if moved else min(delay * 2, 1.0)
+            await asyncio.sleep(delay)
 
     def _refresh_metadata(self) -> None:
         """Refresh in the background and look at the queues again when it is done."""
