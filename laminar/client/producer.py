@@ -104,6 +104,10 @@ def _with_deliver_at(headers: Headers, deliver_at: int | None, delay_ms: int | N
     return (*kept, (DELIVER_AT_HEADER, str(int(deliver_at)).encode()))
 
 
+QUIET_WATCH_SECONDS = 0.25
+"""The longest wait between two metadata refreshes while batches wait for new leaders."""
+
+
 class Producer:
     """Batches records per partition and delivers them to partition leaders with retries."""
 
@@ -789,8 +793,9 @@ class Producer:
         skips the backoff once the leader changed). With a doubling backoff alone, a batch
         that failed while thousands of partitions elected their new leaders (a node died)
         slept up to a second after its leader was known. Refreshes come ``retry_backoff``
-        apart while they show new leaders, and back off (doubling, up to a second) while they
-        show none: at 10,000 partitions one metadata answer costs a node ~70 ms of CPU."""
+        apart while they show new leaders, and back off (doubling, up to a quarter second)
+        while they show none: at 10,000 partitions one metadata answer costs a node ~70 ms
+        of CPU."""
         cluster = self._cluster
         assert cluster is not None
         accumulator = self._accumulator
@@ -817,7 +822,7 @@ class Producer:
                 self._wakeup.set()
             if not any(b.failed_leader is not None for b in waiting):
                 return
-            delay = self.retry_backoff if moved else min(delay * 2, 1.0)
+            delay = self.retry_backoff if moved else min(delay * 2, QUIET_WATCH_SECONDS)
             await asyncio.sleep(delay)
 
     def _refresh_metadata(self) -> None:
