@@ -20,6 +20,7 @@ from laminar.errors import (
 )
 from laminar.segment import LogConfig, PartitionLog, build_batch, decode_records, verify_batch
 from laminar.segment.batch import iter_batches, stamp
+from tests.test_descriptors import open_files_under
 
 NOW = 1_800_000_000_000
 
@@ -453,18 +454,6 @@ def test_time_roll_after_reopen_uses_the_first_batch_timestamp(tmp_path: Path) -
         assert log.segment_count == 2
 
 
-def _open_log_files(directory: Path) -> int:
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(str(directory)) and target.endswith(".log"):
-            count += 1
-    return count
-
-
 def test_sealed_segments_hold_few_descriptors(tmp_path: Path) -> None:
     from laminar.segment.log import MAX_OPEN_SEALED
 
@@ -474,8 +463,8 @@ def test_sealed_segments_hold_few_descriptors(tmp_path: Path) -> None:
             log.append(batch(1, size=400, tag=i), term=1)
     with PartitionLog.open(tmp_path, cfg) as log:
         assert log.segment_count == 30
-        assert _open_log_files(tmp_path) == 1  # only the active segment after open
+        assert open_files_under(tmp_path, ".log") == 1  # only the active segment after open
         for off in range(0, 60, 2):
             assert verify_batch(log.read(off, 10_000).tobytes()[: len(batch(1, size=400))])
         assert log.verify() == 60
-        assert _open_log_files(tmp_path) <= MAX_OPEN_SEALED + 1
+        assert open_files_under(tmp_path, ".log") <= MAX_OPEN_SEALED + 1
