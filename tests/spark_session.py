@@ -71,7 +71,10 @@ def spark_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSes
 
 @pytest.fixture(scope="session", name="laminar_cluster")
 def laminar_cluster_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterHandle]:
-    cluster = start_cluster(tmp_path_factory.mktemp("spark-cluster"))
+    # Retention every 2 s, not every minute: the retention test waits for a pass.
+    cluster = start_cluster(
+        tmp_path_factory.mktemp("spark-cluster"), extra_args=["--retention-check-interval", "2"]
+    )
     try:
         yield cluster
     finally:

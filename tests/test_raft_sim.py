@@ -1,6 +1,6 @@
 """Deterministic simulation of Raft clusters under faults (see tests/raft_sim.py).
 
-``LAMINAR_SIM_SEEDS=N`` runs N seeds (default 6000, which keeps the suite in its time budget)
+``LAMINAR_SIM_SEEDS=N`` runs N seeds (default 4000, which keeps the suite in its time budget)
 starting at ``LAMINAR_SIM_SEED_BASE`` (default 0), over two worker processes;
 ``LAMINAR_SIM_SEED=S`` with ``-k replay`` replays one seed. The long mode is the same test with
 more seeds, e.g. ``LAMINAR_SIM_SEEDS=200000 LAMINAR_SIM_SEED_BASE=1000000``.
@@ -16,7 +16,7 @@ from laminar.raft import ConfChange, ConfChangeType, ConfState, Role
 from tests.raft_sim import REPLAY, Sim, SimFailure
 from tests.seeds import run_seeds
 
-SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "6000"))
+SEEDS = int(os.environ.get("LAMINAR_SIM_SEEDS", "4000"))
 SEED_BASE = int(os.environ.get("LAMINAR_SIM_SEED_BASE", "0"))
 
 

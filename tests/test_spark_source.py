@@ -95,7 +95,7 @@ def _pairs(rows: list[Row]) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module", autouse=True)
 def retained_topic(laminar_cluster: ClusterHandle) -> dict[tuple[int, int], bytes]:
-    """Created first: the nodes check retention once a minute, so start its clock early.
+    """Created first: the nodes check retention every 2 s (``laminar_cluster``).
 
     Small segments and a 1 s retention: every sealed segment expires at the next check.
     """

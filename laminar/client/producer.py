@@ -811,10 +811,6 @@ class Producer:
             for batch in waiting:
                 leader = self._leader_or_none(batch.tp)
                 if leader and leader != batch.failed_leader:
-                    # A try at a new leader: not counted against ``retries`` (those bound the
-                    # tries at one situation; ``delivery_timeout`` bounds it all). It stays a
-                    # retry (at least 1): it goes alone, after the batches sent before it.
-                    batch.attempts = max(1, batch.attempts - 1)
                     batch.failed_leader = None
                     batch.retry_at = 0.0
                     moved = True
