@@ -125,6 +125,27 @@ async def test_not_leader_without_hint_refreshes_metadata(fake: FakeCluster) -> 
     assert len([r for _, r in fake.produce_requests if ("t", 2) in r]) == 3
 
 
+async def test_a_leadership_in_transfer_does_not_spend_retries_back_to_back(
+    fake: FakeCluster,
+) -> None:
+    # The metadata names A while A answers "transfer under way, go to B" (and so does B, not
+    # yet leader): the leader watch sends at once to each leader the metadata names at most
+    # once per batch, so the batch falls back to its backoff instead of ping-ponging between
+    # the hint and the metadata (which spent 100 retries in well under a second).
+    leader = fake.partition("t", 0).leader
+    hint = leader % 3 + 1
+    transfer = NotLeaderError("leadership is being transferred", hint, fake.address_of(hint))
+    fake.faults.produce_errors[("t", 0)] = deque([transfer] * 30)
+    async with Producer(fake.bootstrap, retries=100, retry_backoff_ms=20) as producer:
+        future = await producer.send("t", b"v", partition=0)
+        await asyncio.sleep(0.3)
+        tries = len([r for _, r in fake.produce_requests if ("t", 0) in r])
+        assert 2 <= tries <= 8, tries  # backoff 20, 40, 80, 160 ms after the first few
+        fake.faults.produce_errors[("t", 0)].clear()  # the transfer ends
+        meta = await future
+    assert stored(fake, "t", 0) == [(meta.offset, b"v")]
+
+
 async def test_a_batch_damaged_on_the_wire_is_sent_again(fake: FakeCluster) -> None:
     # Client frames leave batches to their own crc, so the node answers a batch damaged in
     # transit with CorruptBatchError; the producer's copy is whole, and a resend succeeds.

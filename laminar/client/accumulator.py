@@ -63,6 +63,7 @@ class ProducerBatch:
         "done",
         "epoch",
         "error",
+        "expedited",
         "failed_leader",
         "finished",
         "forwards",
@@ -70,6 +71,7 @@ class ProducerBatch:
         "records",
         "refused",
         "retry_at",
+        "sent_to",
         "sequence",
         "size",
         "tp",
@@ -91,9 +93,14 @@ class ProducerBatch:
         self.refused = 0
         """Times the node refused it as out of order (a batch before it was missing)."""
         self.retry_at = 0.0
+        self.sent_to = 0
+        """The node its last attempt went to (0: none, no leader was known)."""
         self.failed_leader: int | None = None
-        """The leader it last failed to reach or was refused by (NotLeader, connection lost,
-        none known): it waits for the metadata to name another one, not for its backoff."""
+        """The node it last failed to reach or was refused by as not the leader (0: none was
+        known): it waits for the metadata to name another one, not for its backoff."""
+        self.expedited: tuple[int, ...] = ()
+        """Leaders it was sent to at once, skipping its backoff: each at most once, so a
+        leadership that flips (a transfer under way) cannot spend its retries back to back."""
         self.data: bytes | None = None
         self.finished = False
         self.base_offset = -1

@@ -527,6 +527,7 @@ class Producer:
                 accumulator.start_sending([batch])
                 self._retry_or_fail(batch, exc)
                 continue
+            batch.sent_to = leader
             if leader:
                 by_node[leader].append(batch)
             else:
@@ -680,7 +681,7 @@ class Producer:
             if hinted and not batch.attempts:
                 delay = 0.0  # the node named the new leader: go there at once, once
             elif isinstance(error, NotLeaderError | ConnectionError | OSError):
-                batch.failed_leader = self._leader_or_none(batch.tp)
+                batch.failed_leader = batch.sent_to
                 self._watch_leaders()
             else:
                 self._refresh_metadata()
@@ -810,7 +811,8 @@ class Producer:
             moved = False
             for batch in waiting:
                 leader = self._leader_or_none(batch.tp)
-                if leader and leader != batch.failed_leader:
+                if leader and leader != batch.failed_leader and leader not in batch.expedited:
+                    batch.expedited += (leader,)
                     batch.failed_leader = None
                     batch.retry_at = 0.0
                     moved = True
