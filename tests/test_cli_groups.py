@@ -111,6 +111,12 @@ async def test_group_commands_refuse_a_group_with_members(fake: FakeCluster) -> 
         assert (await admin.fetch_offsets("busy"))[TopicPartition("t", 0)].offset == 0
 
 
+def _takes_ctrl_c() -> None:
+    """In the child, before exec: SIGINT stops it even when this test run was started in the
+    background by a shell (which makes it ignore SIGINT, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def test_consume_group_follow_commits_as_it_prints(fake: FakeCluster) -> None:
     fake.create_topic("f", 2)
     process = await asyncio.create_subprocess_exec(
@@ -126,6 +132,7 @@ async def test_consume_group_follow_commits_as_it_prints(fake: FakeCluster) -> N
         fake.bootstrap,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        preexec_fn=_takes_ctrl_c,
     )
     try:
         assert process.stdout is not None and process.stderr is not None
