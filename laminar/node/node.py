@@ -139,10 +139,10 @@ class Node:
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
         self.metadata: Replica | None = None
         self._opening: set[asyncio.Task[None]] = set()
+        """Running ``_open_partitions`` tasks (a restart waits for them, see start)."""
         self._synced_at_start = False
         """A restart made the data directory's filesystem durable (sync_filesystem) and has
         not yet talked to a peer: the replicas it opens need no fdatasync of their own."""
-        """Running ``_open_partitions`` tasks (a restart waits for them, see start)."""
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.advertise_peer, "client": config.listen},

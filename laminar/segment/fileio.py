@@ -153,10 +153,3 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(fd)
     os.replace(tmp, path)
     fsync_dir(path.parent)
-
-
-def rewrite_file(handle: FileHandle, data: bytes) -> None:
-    """Replace the contents of a file opened with open_append (not atomic: callers can rebuild)."""
-    os.ftruncate(handle.fd, 0)
-    if data:
-        os.write(handle.fd, data)
