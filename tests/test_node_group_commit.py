@@ -8,6 +8,7 @@ once, the commit it carries costs no pass either, and it wakes a fetch parked on
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
 from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
 from laminar.segment.batch import build_batch
+from laminar.segment.fileio import filesystem_syncer
 from laminar.segment.log import LogConfig
 
 FOLLOWER = 2
@@ -102,11 +104,13 @@ async def test_a_commit_notice_is_acknowledged_without_a_pass(tmp_path: Path) ->
         await runtime.stop()
 
 
-async def test_a_pass_over_many_logs_syncs_them_on_the_pool_before_any_ack(
-    tmp_path: Path,
+@pytest.mark.parametrize("how", ["syncfs", "pool"])
+async def test_a_pass_over_many_logs_makes_them_durable_before_any_ack(
+    tmp_path: Path, how: str
 ) -> None:
-    # Many groups written at once: one pass fdatasyncs their logs spread over the flush pool,
-    # and no group's acknowledgement leaves before its own log is durable to the acked end.
+    # Many groups written at once: one pass makes their logs durable (one syncfs of the
+    # filesystem, or fdatasyncs spread over the flush pool where there is none), and no
+    # group's acknowledgement leaves before its own log is durable to the acked end.
     count = 24
     durable_when_acked: dict[int, tuple[int, int]] = {}
     replicas: dict[int, Replica] = {}
@@ -120,6 +124,18 @@ async def test_a_pass_over_many_logs_syncs_them_on_the_pool_before_any_ack(
 
     done = asyncio.Event()
     runtime = MultiRaft(FOLLOWER, 1.0, send, lambda _replica: None, flush_threads=4)
+    syncs = 0
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    if how == "syncfs":
+        syncfs = filesystem_syncer(directory)
+        assert syncfs is not None, "syncfs(2) is missing on this Linux"
+
+        def counted() -> None:
+            nonlocal syncs
+            syncs += 1
+            syncfs()
+
+        runtime.sync_filesystem = counted
     runtime.start()
     try:
         for i in range(count):
@@ -137,9 +153,14 @@ async def test_a_pass_over_many_logs_syncs_them_on_the_pool_before_any_ack(
         await asyncio.wait_for(done.wait(), 20)
         assert all(index == 2 and durable >= 3 for index, durable in durable_when_acked.values())
         assert runtime.flush_cycles < count  # passes covered many logs each
-        assert runtime.fsync_seconds.count >= count  # every log's flush was timed
+        if how == "syncfs":  # one sync per pass over many logs, and nothing else
+            assert 1 <= syncs <= runtime.flush_cycles
+            assert runtime.fsync_seconds.count == syncs
+        else:
+            assert runtime.fsync_seconds.count >= count  # every log's flush was timed
     finally:
         await runtime.stop()
+        os.close(directory)
 
 
 def test_flush_threads_must_be_positive() -> None:

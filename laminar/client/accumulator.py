@@ -361,6 +361,8 @@ class RecordAccumulator:
             queue = self._queues[batch.tp]
             assert queue[0] is batch, "only a partition's head batch can be sent"
             queue.popleft()
+            if not queue:  # (ready() visits queues: at 10,000 partitions most would be empty)
+                del self._queues[batch.tp]
             if self._open.get(batch.tp) is batch:
                 del self._open[batch.tp]
             if batch.data is None:

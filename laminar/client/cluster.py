@@ -208,19 +208,19 @@ class Cluster:
         if hint:
             return hint
         description = self.topic(tp.topic)
-        for partition in description.partitions:
-            if partition.partition == tp.partition:
-                return partition.leader
-        raise UnknownPartitionError(
-            f"topic {tp.topic!r} has no partition {tp.partition} "
-            f"(it has {len(description.partitions)})"
-        )
+        partition = description.partition(tp.partition)
+        if partition is None:
+            raise UnknownPartitionError(
+                f"topic {tp.topic!r} has no partition {tp.partition} "
+                f"(it has {len(description.partitions)})"
+            )
+        return partition.leader
 
     def replicas_for(self, tp: TopicPartition) -> tuple[int, ...]:
-        for partition in self.topic(tp.topic).partitions:
-            if partition.partition == tp.partition:
-                return partition.replicas
-        raise UnknownPartitionError(f"topic {tp.topic!r} has no partition {tp.partition}")
+        partition = self.topic(tp.topic).partition(tp.partition)
+        if partition is None:
+            raise UnknownPartitionError(f"topic {tp.topic!r} has no partition {tp.partition}")
+        return partition.replicas
 
     def note_leader(self, tp: TopicPartition, leader_id: int, leader_address: str) -> bool:
         """Record a NotLeader hint; True when it names a node we can go to right away."""

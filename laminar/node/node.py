@@ -58,7 +58,7 @@ from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.descriptors import DescriptorCache
-from laminar.segment.fileio import lock_directory, sync_filesystem
+from laminar.segment.fileio import filesystem_syncer, lock_directory, sync_filesystem
 from laminar.segment.log import LogConfig
 from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
@@ -198,6 +198,8 @@ class Node:
     async def start(self) -> None:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = lock_directory(self.config.data_dir)  # one node per data directory
+        # (held open for the node's life, so a syncfs through it sees every writeback error)
+        self.runtime.sync_filesystem = filesystem_syncer(self._dir_lock)
         try:
             await self._start()
         except BaseException:

@@ -8,10 +8,10 @@ already running, one pass of fdatasyncs in the flush thread covers every append 
 since the previous pass; the thread hands the result straight back to the loop (one hop), and
 only then are the held-back messages (votes, append acknowledgements) sent and the cores told
 what is durable; that drain starts the next pass if more was written meanwhile. A pass over
-many logs fdatasyncs them in parallel on a pool of ``flush_threads`` threads: one fdatasync
-releases the GIL and waits mostly on the device, which serves many at once, so a pass over 300
-dirty logs costs a few fdatasyncs' time instead of 300 in a row (bench/partitions_bench.py
-measures both on the disk at hand). A held-back
+many logs makes them durable with one syncfs(2) of their filesystem: one journal commit
+instead of one per log (bench/partitions_bench.py measures both on the disk at hand). Where
+there is no syncfs, it fdatasyncs them in parallel on a pool of ``flush_threads`` threads: one
+fdatasync releases the GIL and waits mostly on the device, which serves many at once. A held-back
 message of a replica with nothing waiting to become durable (the acknowledgement of a commit
 notice) leaves at once instead of costing a pass. Idle groups quiesce: they are not ticked at
 all until a message or proposal wakes them.
@@ -34,12 +34,13 @@ from collections.abc import Callable
 
 import structlog
 
-from laminar.errors import NotLeaderError
+from laminar.errors import CorruptLogError, NotLeaderError
 from laminar.node.raft_codec import GroupMessage
 from laminar.node.raft_state import StateToSave
 from laminar.node.replica import Replica
 from laminar.node.state_journal import StateJournal
 from laminar.raft import EntryKind, Message, MessageType
+from laminar.segment.log import PendingFlush
 from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
@@ -52,7 +53,8 @@ EXIT_STORAGE_FAILURE = 74  # EX_IOERR
 
 POOL_FROM_LOGS = 8
 """A pass over fewer logs fdatasyncs them in the flush thread itself: handing a few over to
-the pool and back costs thread wake-ups (CPU on a busy machine) for little gain."""
+the pool and back costs thread wake-ups (CPU on a busy machine) for little gain. A pass over
+more syncs the whole filesystem once where it can (``MultiRaft.sync_filesystem``)."""
 
 WAKE_AT_ONCE = 256
 """Groups a returning peer wakes in one slice (see ``MultiRaft._wake_gradually``)."""
@@ -123,6 +125,11 @@ class MultiRaft:
         self._close_after_flush: list[Replica] = []
         self._in_pass: set[Replica] = set()
         """Replicas of the pass in the flush thread (their held messages leave after it)."""
+        self.sync_filesystem: Callable[[], None] | None = None
+        """syncfs(2) of the filesystem holding the logs (``fileio.filesystem_syncer``), set
+        by the node: a pass over many logs makes them durable with this one call. On this
+        machine 3,334 logs took 65-130 ms of fdatasyncs on 16 threads, about as much CPU
+        again, against 25 ms and under 1 ms of CPU for one syncfs."""
 
     # lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -463,6 +470,7 @@ class MultiRaft:
             self.fsync_seconds,
             self._pool,
             self.flush_threads,
+            self.sync_filesystem,
         )
 
     def _flushed(self, jobs: list[FlushJob], error: BaseException | None) -> None:
@@ -533,14 +541,19 @@ def _sync_then_call(
     fsync_seconds: Buckets | None = None,
     pool: concurrent.futures.ThreadPoolExecutor | None = None,
     threads: int = 1,
+    sync_filesystem: Callable[[], None] | None = None,
 ) -> None:
     """Runs in the flush thread: one pass, then hand the result straight to the loop."""
     error: BaseException | None = None
     try:
-        if pool is None or len(jobs) < POOL_FROM_LOGS:
+        if len(jobs) < POOL_FROM_LOGS:
             _sync(jobs, fsync_seconds)
-        else:
+        elif sync_filesystem is not None:
+            _sync_together(jobs, sync_filesystem, fsync_seconds)
+        elif pool is not None:
             _sync_parallel(jobs, pool, threads, fsync_seconds)
+        else:
+            _sync(jobs, fsync_seconds)
     except BaseException as exc:
         error = exc
     with contextlib.suppress(RuntimeError):  # the loop is closed: stop() syncs once more
@@ -575,6 +588,37 @@ def _sync_parallel(
         if fsync_seconds is not None:
             for value in seconds:
                 fsync_seconds.observe(value)
+    _sync_journals(journals)
+
+
+def _sync_together(
+    jobs: list[FlushJob], sync_filesystem: Callable[[], None], fsync_seconds: Buckets | None
+) -> None:
+    """Runs in the flush thread: make the pass's logs durable with one sync of their whole
+    filesystem, then write and sync the changed hard states (after the logs they may name)."""
+    begun: list[tuple[Replica, PendingFlush]] = []
+    error: OSError | None = None
+    try:
+        for replica, _last, _term, _held, _state in jobs:
+            if not replica.closed:
+                begun.append((replica, replica.log.begin_flush()))
+        started = time.perf_counter()
+        sync_filesystem()
+        if fsync_seconds is not None:
+            fsync_seconds.observe(time.perf_counter() - started)
+    except OSError as exc:
+        error = exc
+    finally:
+        for replica, pending in begun:  # (each releases its log's flush lock)
+            with contextlib.suppress(CorruptLogError):
+                replica.log.finish_flush(pending, error)
+    if error is not None:
+        raise error
+    journals: set[StateJournal | None] = set()
+    for replica, _last, _term, _held, state in jobs:
+        if state is not None and not replica.closed:
+            replica.write_state(state)
+            journals.add(replica.states)
     _sync_journals(journals)
 
 

@@ -33,7 +33,7 @@ from operator import add, attrgetter, itemgetter, le
 from laminar.errors import InvalidRequestError
 from laminar.raft.confchange import apply_change, decode_conf, encode_conf
 from laminar.raft.log import RaftLog
-from laminar.raft.progress import PROBE, REPLICATE, RESET, Progress
+from laminar.raft.progress import NEVER, PROBE, REPLICATE, RESET, Progress
 from laminar.raft.quorum import VoteResult, committed_index, has_quorum, vote_result
 from laminar.raft.storage import CompactedError, Storage, UnavailableError, entries_size
 from laminar.raft.types import (
@@ -139,6 +139,9 @@ class RaftNode:
         self._down: set[int] = set()
         self._quick_campaigns = 0
         self._hb_seq = 0  # heartbeat rounds sent as leader
+        self._answer_wait_rounds = max(2, cfg.election_tick // (2 * max(1, cfg.heartbeat_tick)))
+        """Heartbeat rounds a follower that owes an append's answer goes without a heartbeat:
+        well within its election timeout (see ``_bcast_heartbeat``)."""
         self._hb_seen = -1  # newest heartbeat round seen from the current leader
         self._persisted = last  # what storage holds at construction is durable
         self._noop_index = _NO_LIMIT
@@ -414,11 +417,25 @@ class RaftNode:
         return True
 
     def _bcast_heartbeat(self) -> None:
+        """One heartbeat round. A follower that owes an answer to an append sent it within
+        the last few rounds is skipped, unless its window is full: that append already reset
+        its election timer, and its answer will say what a heartbeat's would. With thousands
+        of groups written at once on a busy node, a round of appends takes many ticks, and
+        the heartbeats sent meanwhile were most of the messages exchanged. Nothing is skipped
+        in a round that quiesces the group or confirms a read, or while leadership is being
+        handed over."""
         self._hb_seq += 1
+        seq = self._hb_seq
         quiesce = self._can_quiesce()
+        skip = not quiesce and not self._reads and not self.transferee
+        last = self.log.last_index()
+        wait = self._answer_wait_rounds
         ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
         for nid, pr in self.prs.items():
             if nid != self.id:
+                if skip and pr.match < last and seq - pr.sent_round < wait and not pr.paused():
+                    continue
+                pr.sent_round = seq
                 self._send(
                     Message(
                         HEARTBEAT,
@@ -505,6 +522,9 @@ class RaftNode:
         if node_id in self._down:
             self._down.discard(node_id)
             self._quiesced = False
+        pr = self.prs.get(node_id)
+        if pr is not None:  # what was sent to it while it was away is lost: ask at once
+            pr.sent_round = NEVER
 
     # ----------------------------------------------------------------- step
 
@@ -866,6 +886,7 @@ class RaftNode:
         elif pr.state == PROBE:
             pr.probe_sent = True
         pr.sent_commit = self.commit
+        pr.sent_round = self._hb_seq
         self.msgs.append(
             Message(APPEND, to, self.id, self.term, prev_term, nxt - 1, ents, self.commit)
         )

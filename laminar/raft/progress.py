@@ -50,6 +50,9 @@ class Inflights:
         self.bytes = 0
 
 
+NEVER = -(1 << 30)
+
+
 class Progress:
     """Leader-side state of one replica (voter or learner)."""
 
@@ -63,6 +66,7 @@ class Progress:
         "recent_active",
         "reset_index",
         "sent_commit",
+        "sent_round",
         "state",
     )
 
@@ -78,6 +82,9 @@ class Progress:
         self.reset_index = -1
         self.commit = -1
         self.sent_commit = -1
+        self.sent_round = NEVER
+        """The leader's heartbeat round in which it last sent this replica an append or a
+        heartbeat (see ``RaftNode._bcast_heartbeat``)."""
         self.inflights = Inflights(max_msgs, max_bytes)
 
     def become_probe(self) -> None:

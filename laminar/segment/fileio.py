@@ -103,22 +103,39 @@ def sync_filesystem(path: Path) -> bool:
     writeback error since is reported as OSError. False where there is no syncfs, and under
     the power-loss test seam (which records what each fdatasync covers): callers then sync
     file by file as before."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        syncer = filesystem_syncer(fd)
+        if syncer is None:
+            return False
+        syncer()
+    finally:
+        os.close(fd)
+    return True
+
+
+def filesystem_syncer(fd: int) -> Callable[[], None] | None:
+    """A call that syncfs(2)s the filesystem holding the open file ``fd`` and raises OSError
+    on failure, or None where there is no syncfs and under the power-loss test seam.
+
+    Writeback errors are reported through the filesystem's error sequence as sampled when
+    ``fd`` was opened: a descriptor held open for the process's life (a node's data directory
+    lock) sees every error since the start, whichever file it hit (Linux 5.8 and later)."""
     if os.environ.get(POWERLOSS_JOURNAL_ENV):
-        return False
+        return None
     try:
         import ctypes
 
         syncfs = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
-        return False
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
+        return None
+
+    def sync() -> None:
         if syncfs(fd) != 0:
             error = ctypes.get_errno()
-            raise OSError(error, f"syncfs of {path}: {os.strerror(error)}")
-    finally:
-        os.close(fd)
-    return True
+            raise OSError(error, f"syncfs: {os.strerror(error)}")
+
+    return sync
 
 
 def fsync_dir(path: Path) -> None:

@@ -62,6 +62,17 @@ _open_dirs: set[str] = set()  # directories of the PartitionLogs open in this pr
 _open_dirs_lock = threading.Lock()
 
 
+@dataclass(slots=True)
+class PendingFlush:
+    """What one flush of a log covers (``PartitionLog.begin_flush``)."""
+
+    end: int
+    generation: int
+    handles: list[FileHandle]
+    """The very handles appends wrote through (an evicted one stays open until synced)."""
+    dir_dirty: bool
+
+
 @dataclass
 class LogConfig:
     segment_bytes: int = 64 * MiB
@@ -394,36 +405,59 @@ class PartitionLog:
 
         Safe to call from a worker thread while the loop thread appends and reads.
         """
-        with self._flush_lock:
+        pending = self.begin_flush()
+        error: OSError | None = None
+        try:
+            for handle in pending.handles:
+                if handle.fd >= 0:
+                    os.fdatasync(handle.fd)
+            if pending.dir_dirty:
+                fsync_dir(self._dir)
+        except OSError as exc:
+            error = exc
+        return self.finish_flush(pending, error)
+
+    def begin_flush(self) -> PendingFlush:
+        """The first half of a flush, for a caller that makes many logs durable at once (one
+        syncfs(2) of their filesystem instead of an fdatasync per log): takes this log's
+        flush lock and what the flush must cover. ``finish_flush`` must follow, after the
+        sync, and releases the lock."""
+        self._flush_lock.acquire()
+        try:
             with self._lock:
-                end = self._end
-                generation = self._generation
-                handles = list(self._dirty.values())
+                pending = PendingFlush(
+                    self._end, self._generation, list(self._dirty.values()), self._dir_dirty
+                )
                 self._dirty.clear()
-                dir_dirty, self._dir_dirty = self._dir_dirty, False
+                self._dir_dirty = False
             if self._failed is not None:
                 raise self._failed
-            try:
-                for handle in handles:
-                    if handle.fd >= 0:
-                        os.fdatasync(handle.fd)
-                if dir_dirty:
-                    fsync_dir(self._dir)
-            except OSError as exc:
+        except BaseException:
+            self._flush_lock.release()
+            raise
+        return pending
+
+    def finish_flush(self, pending: PendingFlush, error: OSError | None = None) -> int:
+        """The second half: what ``pending`` covers is durable unless the sync failed
+        (``error``); returns the end offset covered."""
+        try:
+            if error is not None:
                 # After a failed fdatasync the kernel may have dropped the dirty pages, and a
                 # retry can "succeed" without them: never trust this log again until reopened
                 # (recovery re-verifies the tail).
                 self._failed = CorruptLogError(
-                    f"{self._dir}: fdatasync failed ({exc}); reopen the log to recover"
+                    f"{self._dir}: fdatasync failed ({error}); reopen the log to recover"
                 )
                 log.error("fdatasync failed; log refuses writes", directory=str(self._dir))
-                raise self._failed from exc
+                raise self._failed from error
             with self._lock:
-                if generation != self._generation:
+                if pending.generation != self._generation:
                     return self._durable
-                if end > self._durable:
-                    self._durable = end
-                return end
+                if pending.end > self._durable:
+                    self._durable = pending.end
+                return pending.end
+        finally:
+            self._flush_lock.release()
 
     # ------------------------------------------------------------------------------- lookups
 
