@@ -345,7 +345,8 @@ class ClientServer:
         partitions = view["partitions"]
         status = response.body.init("clusterStatus")
         status.metadataLeader = node.metadata_leader
-        gossip = {m.node_id: m for m in node.swim.members}
+        started = node.swim.started  # (not yet while a restarting node opens its replicas)
+        gossip = {m.node_id: m for m in node.swim.members} if started else {}
         voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
         replica_counts = node.state.replica_counts()
         # Gossip is unauthenticated and SWIM ids are UInt64: an id beyond a node id's UInt32
@@ -358,7 +359,8 @@ class ClientServer:
             slot.nodeId = node_id
             slot.address = node.address_of(node_id)
             if node_id == node.node_id:
-                slot.state, slot.incarnation = "alive", node.swim.core.incarnation
+                slot.state = "alive"
+                slot.incarnation = node.swim.core.incarnation if started else 0
             elif member is not None:
                 slot.state, slot.incarnation = str(member.state), member.incarnation
             else:

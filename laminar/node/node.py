@@ -412,7 +412,10 @@ class Node:
         self.client_addresses[peer] = client_address
         log.info("peer connected", peer=peer, address=peer_address)
         self.runtime.node_up(peer)
-        if self.swim.member(peer) is None:  # reaped by the gossip, yet reachable again
+        # Reaped by the gossip, yet reachable again: rejoin. (A hello can arrive while the
+        # gossip is still starting, which joins its seeds by itself: asking it then failed,
+        # and closed the connection, on every restart of a node with many partitions.)
+        if self.swim.started and self.swim.member(peer) is None:
             self.swim.rejoin(peer_address)
 
     async def _liveness_loop(self) -> None:

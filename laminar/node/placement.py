@@ -90,7 +90,9 @@ class Placement:
     def live(self) -> set[int]:
         node = self.node
         alive, left = set(), set()
-        for member in node.swim.members:
+        # (a restarting node answers clients while it opens its replicas, before its gossip
+        # starts: it then knows only itself and the peers already connected)
+        for member in node.swim.members if node.swim.started else ():
             if member.state in LIVE_STATES:
                 alive.add(member.node_id)
             elif member.state is MemberState.LEFT:
