@@ -188,6 +188,13 @@ async def test_metrics_and_health_of_a_cluster(tmp_path: Path) -> None:
 
         await eventually(fully_replicated, "the partition is fully replicated")
 
+        async def all_quiet() -> bool:  # idle groups quiesce: no node ticks any
+            scraped = [await scrape(address) for address in http.values()]
+            assert all(("laminar_raft_groups_awake", ()) in samples for samples in scraped)
+            return [value(samples, "laminar_raft_groups_awake") for samples in scraped] == [0] * 3
+
+        await eventually(all_quiet, "every idle Raft group goes quiet")
+
         follower = next(n for n in (1, 2, 3) if n != leader)
         cluster.kill_node(follower)
 

@@ -265,6 +265,11 @@ class NodeCollector(Collector):
             leaders.add_metric([topic], led)
             under.add_metric([topic], lagging)
         yield from (term, hosted, leaders, under)
+        yield GaugeMetricFamily(
+            "laminar_raft_groups_awake",
+            "Raft groups this node ticks now (not quiesced); quiet ones cost nothing.",
+            value=s.runtime.awake,
+        )
         leaderless = GaugeMetricFamily(
             "laminar_partitions_leaderless",
             "Partitions with no live leader, as this node sees the whole cluster (every node "

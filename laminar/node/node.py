@@ -259,7 +259,8 @@ class Node:
             await self._open_known_partitions()
             self._synced_at_start = False  # replicas opened from now on sync their own tails
             await self._start_network()
-        self.runtime.start()
+        if not self.runtime.started:
+            self.runtime.start()
         self.groups.start()
         self.queues.start()
         self.splits.start()
@@ -293,6 +294,12 @@ class Node:
             await asyncio.gather(*self._opening)
 
     async def _start_network(self) -> None:
+        # The Raft runtime runs before any peer is heard: without its flush passes nothing a
+        # peer sends becomes durable or acknowledged, and a restarted node with thousands of
+        # replicas spent its first seconds on the network taking in appends it could not
+        # acknowledge (its leaders wake their groups a slice at a time, waiting on those).
+        if not self.runtime.started:
+            self.runtime.start()
         await self.peers.start()
         for node_id, address in self.config.peers.items():
             self.peers.add_peer(node_id, address)

@@ -56,6 +56,11 @@ POOL_FROM_LOGS = 8
 the pool and back costs thread wake-ups (CPU on a busy machine) for little gain. A pass over
 more syncs the whole filesystem once where it can (``MultiRaft.sync_filesystem``)."""
 
+DRAIN_AT_ONCE = 1024
+"""Groups one drain callback processes; more wait for the next one. With 10,000 groups
+marked at once (a restarted peer catching up, a write to every partition) one callback ran
+for seconds: the loop answered nothing meanwhile, and peers took the silence for a death."""
+
 WAKE_AT_ONCE = 256
 """Groups a returning peer wakes in one slice (see ``MultiRaft._wake_gradually``)."""
 BUSY_GROUPS = 1024
@@ -137,6 +142,15 @@ class MultiRaft:
         self._tasks = [asyncio.create_task(self._tick_loop(), name="raft-ticks")]
         for task in self._tasks:
             task.add_done_callback(_stop_if_died)
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    @property
+    def awake(self) -> int:
+        """Groups the tick task visits now (not quiesced): idle ones cost nothing."""
+        return len(self._active)
 
     async def stop(self) -> None:
         self._stopping = True  # a pass still in the flush thread releases nothing more
@@ -224,14 +238,17 @@ class MultiRaft:
     def node_up(self, node_id: int) -> None:
         """A peer node is back: every group counts it again, including groups it is not (yet)
         a member of: a group that later adds it (a move) must wait for it to catch up before
-        going quiet, or a lagging learner would only move on with the next proposal. Its
-        groups wake to catch it up, a slice at a time once many are awake (see
+        going quiet, or a lagging learner would only move on with the next proposal. The
+        groups that owe it entries or a leader wake to catch it up (``report_node_up``), with
+        those not quiet yet, a slice at a time once many are awake (see
         ``_wake_gradually``)."""
         self._down_nodes.discard(node_id)
         members = []
         for replica in self.replicas.values():
-            replica.raft.report_node_up(node_id)
-            if node_id in replica.raft.conf.voters or node_id in replica.raft.conf.learners:
+            raft = replica.raft
+            conf = raft.conf
+            member = node_id in conf.voters or node_id in conf.learners
+            if raft.report_node_up(node_id) or (member and not raft.quiesced):
                 members.append(replica)
         if len(members) <= WAKE_AT_ONCE:
             self._wake_all(members)
@@ -304,7 +321,12 @@ class MultiRaft:
     # the Ready loop ------------------------------------------------------------------------
     def _drain(self) -> None:
         self._scheduled = False
-        pending, self._pending = self._pending, set()
+        pending = self._pending
+        if len(pending) > DRAIN_AT_ONCE:  # the rest in a later callback, after pending I/O
+            pending = {pending.pop() for _ in range(DRAIN_AT_ONCE)}
+            self._schedule()
+        else:
+            self._pending = set()
         for replica in pending:
             if not replica.closed:
                 self._process_guarded(replica)

@@ -517,14 +517,26 @@ class RaftNode:
             else:
                 self.election_elapsed = 0
 
-    def report_node_up(self, node_id: int) -> None:
-        """The peer-liveness layer sees ``node_id`` alive again: include it, wake up."""
-        if node_id in self._down:
-            self._down.discard(node_id)
-            self._quiesced = False
+    def report_node_up(self, node_id: int) -> bool:
+        """The peer-liveness layer sees ``node_id`` alive again: include it again, and wake
+        up if the group owes it something. True when woken: as leader, when that node lacks
+        entries or the commit (written while it was away); otherwise when no leader is known.
+        A quiet group it has everything of stays asleep: after a busy peer's brief silence,
+        waking every group it shares cost more CPU than the silence, and caused the next one.
+        (A replica that restarted there knows no leader and wakes the group itself.)"""
         pr = self.prs.get(node_id)
         if pr is not None:  # what was sent to it while it was away is lost: ask at once
             pr.sent_round = NEVER
+        if node_id not in self._down:
+            return False
+        self._down.discard(node_id)
+        if self.role == LEADER:
+            owes = pr is not None and (pr.match < self.log.last_index() or pr.commit < self.commit)
+        else:
+            owes = self.lead == 0
+        if owes:
+            self._quiesced = False
+        return owes
 
     # ----------------------------------------------------------------- step
 
