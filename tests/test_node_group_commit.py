@@ -8,14 +8,17 @@ once, the commit it carries costs no pass either, and it wakes a fetch parked on
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from laminar.errors import CorruptLogError
 from laminar.node.raft_codec import GroupMessage
 from laminar.node.replica import Replica
-from laminar.node.runtime import MultiRaft
+from laminar.node.runtime import MultiRaft, _sync_together
 from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
 from laminar.segment.batch import build_batch
 from laminar.segment.fileio import filesystem_syncer
@@ -166,3 +169,68 @@ async def test_a_pass_over_many_logs_makes_them_durable_before_any_ack(
 def test_flush_threads_must_be_positive() -> None:
     with pytest.raises(ValueError, match="flush_threads"):
         MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _r: None, flush_threads=0)
+
+
+def test_a_failed_filesystem_sync_fails_every_log_of_its_pass(tmp_path: Path) -> None:
+    # After a failed sync the kernel may have dropped written pages: no log of the pass may
+    # count its writes as durable, each refuses further flushes (their locks are free again),
+    # and the error reaches the flush thread (which then stops the node).
+    replicas = [
+        Replica.open(
+            GROUP + i,
+            FOLLOWER,
+            tmp_path / f"p{i}",
+            LogConfig(),
+            ConfState(voters=(1, 2, 3)),
+            RaftConfig(deliver_committed=False, seed=i),
+        )
+        for i in range(3)
+    ]
+    try:
+        for replica in replicas:
+            replica.storage.append(entries(1, 0, 3))
+
+        def failing() -> None:
+            raise OSError(errno.EIO, "injected writeback error")
+
+        with pytest.raises(OSError, match="injected"):
+            _sync_together([(r, 2, 1, [], None) for r in replicas], failing, None)
+        for replica in replicas:
+            assert replica.log.durable_offset == 0
+            with pytest.raises(CorruptLogError, match="reopen the log"):
+                replica.log.flush()
+    finally:
+        for replica in replicas:
+            with contextlib.suppress(CorruptLogError):
+                replica.close()
+
+
+def test_a_pass_with_a_failed_log_counts_no_log_durable(tmp_path: Path) -> None:
+    # One log of the pass already failed (an earlier sync error): the pass fails before its
+    # sync, and the logs taken before that one must not count their writes as durable.
+    replicas = [
+        Replica.open(
+            GROUP + i,
+            FOLLOWER,
+            tmp_path / f"p{i}",
+            LogConfig(),
+            ConfState(voters=(1, 2, 3)),
+            RaftConfig(deliver_committed=False, seed=i),
+        )
+        for i in range(3)
+    ]
+    synced = []
+    try:
+        for replica in replicas:
+            replica.storage.append(entries(1, 0, 3))
+        broken = replicas[1].log
+        with pytest.raises(CorruptLogError):
+            broken.finish_flush(broken.begin_flush(), OSError(errno.EIO, "earlier failure"))
+        with pytest.raises(CorruptLogError):
+            _sync_together([(r, 2, 1, [], None) for r in replicas], lambda: synced.append(1), None)
+        assert not synced
+        assert [r.log.durable_offset for r in replicas] == [0, 0, 0]
+    finally:
+        for replica in replicas:
+            with contextlib.suppress(CorruptLogError):
+                replica.close()

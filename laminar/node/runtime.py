@@ -628,14 +628,13 @@ def _sync_together(
         sync_filesystem()
         if fsync_seconds is not None:
             fsync_seconds.observe(time.perf_counter() - started)
-    except OSError as exc:
-        error = exc
+    except BaseException as exc:  # (a failed log, a failed sync: the node stops)
+        error = exc if isinstance(exc, OSError) else OSError(f"pass abandoned: {exc!r}")
+        raise
     finally:
         for replica, pending in begun:  # (each releases its log's flush lock)
             with contextlib.suppress(CorruptLogError):
                 replica.log.finish_flush(pending, error)
-    if error is not None:
-        raise error
     journals: set[StateJournal | None] = set()
     for replica, _last, _term, _held, state in jobs:
         if state is not None and not replica.closed:
