@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -339,17 +340,17 @@ class Node:
         for task in [*self._tasks, *self._background]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
-        await self.client_server.stop()
+        await _bounded("client server", self.client_server.stop())
         if self.kafka_server is not None:
-            await self.kafka_server.stop()
+            await _bounded("kafka server", self.kafka_server.stop())
         if self.observability is not None:
-            await self.observability.stop()
-        await self.groups.stop()
-        await self.queues.stop()
-        await self.splits.stop()
-        await self.swim.stop()
-        await self.peers.stop()
-        await self.runtime.stop()
+            await _bounded("observability", self.observability.stop())
+        await _bounded("groups", self.groups.stop())
+        await _bounded("queues", self.queues.stop())
+        await _bounded("splits", self.splits.stop())
+        await _bounded("gossip", self.swim.stop())
+        await _bounded("peers", self.peers.stop())
+        await self.runtime.stop()  # (unbounded: it makes every log durable)
         self.states.close()
         self._unlock_data_dir()
         log.info("node stopped", node_id=self.node_id)
@@ -701,3 +702,21 @@ def _log_bytes(message: Any) -> int:
     if message.type == MessageType.APPEND:
         return sum(len(entry.data) for entry in message.entries)
     return 1 if message.type == MessageType.RESET else 0
+
+
+STOP_PHASE_S = 10.0
+"""How long one service may take to stop before the node goes on without it."""
+
+
+async def _bounded(phase: str, stopping: Coroutine[Any, Any, None]) -> None:
+    """Stop one service, giving up on it after ``STOP_PHASE_S``: whatever it still waits for
+    (a client's request that never ends, say) must not keep the node from stopping and
+    making its logs durable; the log names the phase that overran. Twice a test's node
+    (share groups, dead-letter copies) took minutes to stop in a whole-suite run."""
+    task = asyncio.ensure_future(stopping)
+    done, _ = await asyncio.wait({task}, timeout=STOP_PHASE_S)
+    if not done:
+        log.error("a service did not stop in time; going on without it", phase=phase)
+        task.cancel()
+        return
+    task.result()  # (its failure is the caller's, as before)
