@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,17 @@ def entries(term: int, first: int, count: int) -> list[Entry]:
 
 def append(prev: int, prev_term: int, ents: list[Entry], commit: int) -> Message:
     return Message(MessageType.APPEND, FOLLOWER, 1, 1, prev_term, prev, ents, commit)
+
+
+def follower_replica(tmp_path: Path, group: int) -> Replica:
+    return Replica.open(
+        group,
+        FOLLOWER,
+        tmp_path / f"p{group}",
+        LogConfig(),
+        ConfState(voters=(1, 2, 3)),
+        RaftConfig(deliver_committed=False, seed=group),
+    )
 
 
 class Sent:
@@ -142,14 +154,7 @@ async def test_a_pass_over_many_logs_makes_them_durable_before_any_ack(
     runtime.start()
     try:
         for i in range(count):
-            replicas[GROUP + i] = replica = Replica.open(
-                GROUP + i,
-                FOLLOWER,
-                tmp_path / f"p{i}",
-                LogConfig(),
-                ConfState(voters=(1, 2, 3)),
-                RaftConfig(deliver_committed=False, seed=i),
-            )
+            replicas[GROUP + i] = replica = follower_replica(tmp_path, GROUP + i)
             runtime.add(replica)
         for i in range(count):  # all in one loop turn: one drain, one pass for them all
             runtime.step(GROUP + i, append(-1, 0, entries(1, 0, 3), -1))
@@ -171,66 +176,41 @@ def test_flush_threads_must_be_positive() -> None:
         MultiRaft(FOLLOWER, 1.0, lambda _peer, _messages: None, lambda _r: None, flush_threads=0)
 
 
-def test_a_failed_filesystem_sync_fails_every_log_of_its_pass(tmp_path: Path) -> None:
+@pytest.fixture
+def written(tmp_path: Path) -> Iterator[list[Replica]]:
+    """Three follower replicas, each with three entries written and none made durable."""
+    replicas = [follower_replica(tmp_path, GROUP + i) for i in range(3)]
+    for replica in replicas:
+        replica.storage.append(entries(1, 0, 3))
+    yield replicas
+    for replica in replicas:
+        with contextlib.suppress(CorruptLogError):
+            replica.close()
+
+
+def test_a_failed_filesystem_sync_fails_every_log_of_its_pass(written: list[Replica]) -> None:
     # After a failed sync the kernel may have dropped written pages: no log of the pass may
     # count its writes as durable, each refuses further flushes (their locks are free again),
     # and the error reaches the flush thread (which then stops the node).
-    replicas = [
-        Replica.open(
-            GROUP + i,
-            FOLLOWER,
-            tmp_path / f"p{i}",
-            LogConfig(),
-            ConfState(voters=(1, 2, 3)),
-            RaftConfig(deliver_committed=False, seed=i),
-        )
-        for i in range(3)
-    ]
-    try:
-        for replica in replicas:
-            replica.storage.append(entries(1, 0, 3))
+    def failing() -> None:
+        raise OSError(errno.EIO, "injected writeback error")
 
-        def failing() -> None:
-            raise OSError(errno.EIO, "injected writeback error")
-
-        with pytest.raises(OSError, match="injected"):
-            _sync_together([(r, 2, 1, [], None) for r in replicas], failing, None)
-        for replica in replicas:
-            assert replica.log.durable_offset == 0
-            with pytest.raises(CorruptLogError, match="reopen the log"):
-                replica.log.flush()
-    finally:
-        for replica in replicas:
-            with contextlib.suppress(CorruptLogError):
-                replica.close()
+    with pytest.raises(OSError, match="injected"):
+        _sync_together([(r, 2, 1, [], None) for r in written], failing, None)
+    for replica in written:
+        assert replica.log.durable_offset == 0
+        with pytest.raises(CorruptLogError, match="reopen the log"):
+            replica.log.flush()
 
 
-def test_a_pass_with_a_failed_log_counts_no_log_durable(tmp_path: Path) -> None:
+def test_a_pass_with_a_failed_log_counts_no_log_durable(written: list[Replica]) -> None:
     # One log of the pass already failed (an earlier sync error): the pass fails before its
     # sync, and the logs taken before that one must not count their writes as durable.
-    replicas = [
-        Replica.open(
-            GROUP + i,
-            FOLLOWER,
-            tmp_path / f"p{i}",
-            LogConfig(),
-            ConfState(voters=(1, 2, 3)),
-            RaftConfig(deliver_committed=False, seed=i),
-        )
-        for i in range(3)
-    ]
-    synced = []
-    try:
-        for replica in replicas:
-            replica.storage.append(entries(1, 0, 3))
-        broken = replicas[1].log
-        with pytest.raises(CorruptLogError):
-            broken.finish_flush(broken.begin_flush(), OSError(errno.EIO, "earlier failure"))
-        with pytest.raises(CorruptLogError):
-            _sync_together([(r, 2, 1, [], None) for r in replicas], lambda: synced.append(1), None)
-        assert not synced
-        assert [r.log.durable_offset for r in replicas] == [0, 0, 0]
-    finally:
-        for replica in replicas:
-            with contextlib.suppress(CorruptLogError):
-                replica.close()
+    synced: list[int] = []
+    broken = written[1].log
+    with pytest.raises(CorruptLogError):
+        broken.finish_flush(broken.begin_flush(), OSError(errno.EIO, "earlier failure"))
+    with pytest.raises(CorruptLogError):
+        _sync_together([(r, 2, 1, [], None) for r in written], lambda: synced.append(1), None)
+    assert not synced
+    assert [r.log.durable_offset for r in written] == [0, 0, 0]
