@@ -61,11 +61,6 @@ MAX_FETCH_BYTES = MAX_PAYLOAD_BYTES // 2
 maxBytes asks for (whole batches may overshoot a limit by one batch)."""
 
 
-CACHE_METADATA_FROM = 1000
-"""Metadata answers naming at least this many partitions are kept for identical requests
-(smaller ones cost less to build again than to keep)."""
-
-
 class ClientServer:
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -74,8 +69,6 @@ class ClientServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections: set[FramedProtocol] = set()
         self.auth = NativeAuth(node.authorizer, node.auth_admin)
-        self._metadata_cache: tuple[tuple[Any, ...], Any, Any] | None = None
-        """(what it depends on, the answer, its message) of the last large metadata answer."""
         self._handlers = {
             **group_wire.handlers(node.groups, node.node_id),
             **queue_wire.handlers(node.queues, self._queue_replica),
@@ -185,28 +178,11 @@ class ClientServer:
 
     # metadata and topics ---------------------------------------------------------------------
     async def _on_metadata(self, body: Any, response: Any, _payload: memoryview) -> None:
-        """Topics, partitions, their leaders and the brokers. An answer naming many partitions
-        is kept and copied whole into the next identical request's answer while nothing it
-        shows has moved: at 10,000 partitions building one cost a node about 70 ms, and
-        producers ask again and again while leaders move (a failover)."""
-        node = self.node
-        wanted = list(body.topics)
-        applied = node.metadata.applied_through if node.metadata is not None else -1
-        key = (tuple(wanted), applied, node.runtime.leader_views)
-        cached = self._metadata_cache
-        if cached is not None and cached[0] == key:
-            response.body.metadata = cached[1]  # (one copy, in C++)
-            return
-        metadata = response.body.init("metadata")
-        if self._fill_metadata(wanted, metadata) >= CACHE_METADATA_FROM:
-            # (the reader reads the response's own memory: it is kept alive with it)
-            self._metadata_cache = (key, metadata.as_reader(), response)
-
-    def _fill_metadata(self, wanted: list[str], metadata: Any) -> int:
-        """Fill a metadata answer; returns how many partitions it names."""
         state = self.node.state
+        wanted = list(body.topics)
         names = wanted or sorted(state.topics)
         found = [state.topics[n] for n in names if n in state.topics]
+        metadata = response.body.init("metadata")
         nodes = sorted(state.nodes.values(), key=lambda n: n.node_id)
         brokers = metadata.init("brokers", len(nodes))
         for slot, info in zip(brokers, nodes, strict=True):
@@ -217,7 +193,6 @@ class ClientServer:
             self._fill_topic(slot, topic)
         metadata.metadataLeader = self.node.metadata_leader
         metadata.missing = [n for n in wanted if n not in state.topics]
-        return sum(len(topic.partitions) for topic in found)
 
     def _fill_topic(self, slot: Any, topic: Topic) -> None:
         settings = topic.settings

@@ -67,8 +67,6 @@ class Replica:
     fetch_waiters: list[asyncio.Future[None]] = field(default_factory=list)
     after_persist: list[Message] = field(default_factory=list)
     was_leader: bool = False
-    seen_leader: int = 0
-    """The leader the runtime last saw this replica name (``MultiRaft.leader_views``)."""
     high_watermark: int = 0
     """Offsets below this are committed and on this replica's log (readable by consumers).
 

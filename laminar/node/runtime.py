@@ -130,10 +130,6 @@ class MultiRaft:
         self._close_after_flush: list[Replica] = []
         self._in_pass: set[Replica] = set()
         """Replicas of the pass in the flush thread (their held messages leave after it)."""
-        self.leader_views = 0
-        """Bumped whenever a hosted replica names another leader, a replica comes or goes, or
-        a peer goes down or up: what shows leaders to clients may be cached until it moves
-        (metadata answers)."""
         self.sync_filesystem: Callable[[], None] | None = None
         """syncfs(2) of the filesystem holding the logs (``fileio.filesystem_syncer``), set
         by the node: a pass over many logs makes them durable with this one call. On this
@@ -185,14 +181,12 @@ class MultiRaft:
 
     def add(self, replica: Replica) -> None:
         self.replicas[replica.group] = replica
-        self.leader_views += 1
         self._active.add(replica)
         self.wake(replica)
 
     def remove(self, group: int) -> Replica | None:
         replica = self.replicas.pop(group, None)
         if replica is not None:
-            self.leader_views += 1
             self._active.discard(replica)
             self._pending.discard(replica)
             self._dirty.discard(replica)
@@ -227,7 +221,6 @@ class MultiRaft:
         waking thousands of them at once only made them heartbeat and go quiet again, on the
         CPU the elections needed."""
         self._down_nodes.add(node_id)
-        self.leader_views += 1
         down = self._down_nodes
         for replica in self.replicas.values():
             raft = replica.raft
@@ -250,7 +243,6 @@ class MultiRaft:
         those not quiet yet, a slice at a time once many are awake (see
         ``_wake_gradually``)."""
         self._down_nodes.discard(node_id)
-        self.leader_views += 1
         members = []
         for replica in self.replicas.values():
             raft = replica.raft
@@ -410,10 +402,6 @@ class MultiRaft:
             self._active.discard(replica)
         else:  # woken by a local call (a leader transfer): it needs ticks to time that out
             self._active.add(replica)
-        leader = raft.leader_id
-        if leader != replica.seen_leader:
-            replica.seen_leader = leader
-            self.leader_views += 1
         is_leader = replica.is_leader
         if is_leader != replica.was_leader:
             replica.was_leader = is_leader
