@@ -267,10 +267,10 @@ def test_sealed_index_that_lost_its_tail_still_works(tmp_path: Path, entries: in
 def test_after_one_syncfs_a_reopen_needs_no_fdatasync_of_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A restart syncs the filesystem once (sync_filesystem) and opens its logs ``synced``:
+    """A restart syncs the filesystem once (filesystem_syncer) and opens its logs ``synced``:
     the tail a crashed process left in the page cache is then durable without one fdatasync
     per log; without ``synced`` the open still makes that tail durable itself."""
-    from laminar.segment.fileio import sync_filesystem
+    from laminar.segment.fileio import filesystem_syncer
 
     log = PartitionLog.open(tmp_path, CFG)
     log.append(build_batch([(b"k", b"unsynced", (), NOW)]), term=1, now_ms=NOW)
@@ -283,7 +283,13 @@ def test_after_one_syncfs_a_reopen_needs_no_fdatasync_of_its_own(
         assert contents(reopened) == stored
     assert synced, "an open on its own must fdatasync the recovered tail"
     synced.clear()
-    assert sync_filesystem(tmp_path)
+    directory = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        syncfs = filesystem_syncer(directory)
+        assert syncfs is not None, "syncfs(2) is missing on this Linux"
+        syncfs()
+    finally:
+        os.close(directory)
     with PartitionLog.open(tmp_path, CFG, synced=True) as reopened:
         assert contents(reopened) == stored and reopened.durable_offset == 1
     assert not synced

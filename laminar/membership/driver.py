@@ -137,7 +137,9 @@ class SwimDriver:
 
     @property
     def members(self) -> list[Member]:
-        return self._require_core().members()
+        """Every member this node knows of; none before ``start`` (a restarting node serves
+        clients while it opens its replicas, before its gossip starts)."""
+        return self._core.members() if self._core is not None else []
 
     def member(self, node_id: int) -> Member | None:
         return self._require_core().member(node_id)

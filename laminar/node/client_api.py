@@ -345,8 +345,7 @@ class ClientServer:
         partitions = view["partitions"]
         status = response.body.init("clusterStatus")
         status.metadataLeader = node.metadata_leader
-        started = node.swim.started  # (not yet while a restarting node opens its replicas)
-        gossip = {m.node_id: m for m in node.swim.members} if started else {}
+        gossip = {m.node_id: m for m in node.swim.members}
         voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
         replica_counts = node.state.replica_counts()
         # Gossip is unauthenticated and SWIM ids are UInt64: an id beyond a node id's UInt32
@@ -359,8 +358,8 @@ class ClientServer:
             slot.nodeId = node_id
             slot.address = node.address_of(node_id)
             if node_id == node.node_id:
-                slot.state = "alive"
-                slot.incarnation = node.swim.core.incarnation if started else 0
+                slot.state = "alive"  # (incarnation 0 while the gossip is still starting)
+                slot.incarnation = node.swim.core.incarnation if node.swim.started else 0
             elif member is not None:
                 slot.state, slot.incarnation = str(member.state), member.incarnation
             else:

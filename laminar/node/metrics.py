@@ -438,9 +438,8 @@ class NodeCollector(Collector):
             labels=["state"],
         )
         counts = dict.fromkeys((str(state) for state in MemberState), 0)
-        if swim.started:
-            for member in swim.members:
-                counts[str(member.state)] = counts.get(str(member.state), 0) + 1
+        for member in swim.members:
+            counts[str(member.state)] = counts.get(str(member.state), 0) + 1
         for state, count in counts.items():
             members.add_metric([state], count)
         yield members

@@ -59,7 +59,7 @@ from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
 from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.descriptors import DescriptorCache
-from laminar.segment.fileio import filesystem_syncer, lock_directory, sync_filesystem
+from laminar.segment.fileio import filesystem_syncer, lock_directory
 from laminar.segment.log import LogConfig
 from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
@@ -142,7 +142,7 @@ class Node:
         self._opening: set[asyncio.Task[None]] = set()
         """Running ``_open_partitions`` tasks (a restart waits for them, see start)."""
         self._synced_at_start = False
-        """A restart made the data directory's filesystem durable (sync_filesystem) and has
+        """A restart made the data directory's filesystem durable (one syncfs) and has
         not yet talked to a peer: the replicas it opens need no fdatasync of their own."""
         self.swim = SwimDriver(
             self.node_id,
@@ -230,7 +230,10 @@ class Node:
         self.states.open()  # (after the identity check: it asks whether the directory is empty)
         # One syncfs instead of an fdatasync per log opened while restarting (see
         # PartitionLog.open): 3,000 of those took about a second.
-        self._synced_at_start = known_dir and sync_filesystem(self.config.data_dir)
+        syncfs = self.runtime.sync_filesystem  # (through the data-directory lock)
+        if known_dir and syncfs is not None:
+            syncfs()
+            self._synced_at_start = True
         metadata_dir = self.config.data_dir / "metadata"
         lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
@@ -260,8 +263,6 @@ class Node:
             await self._open_known_partitions()
             self._synced_at_start = False  # replicas opened from now on sync their own tails
             await self._start_network()
-        if not self.runtime.started:
-            self.runtime.start()
         self.groups.start()
         self.queues.start()
         self.splits.start()
@@ -299,8 +300,8 @@ class Node:
         # peer sends becomes durable or acknowledged, and a restarted node with thousands of
         # replicas spent its first seconds on the network taking in appends it could not
         # acknowledge (its leaders wake their groups a slice at a time, waiting on those).
-        if not self.runtime.started:
-            self.runtime.start()
+        # (Every start runs this once, a new node's early to ask its peers about itself.)
+        self.runtime.start()
         await self.peers.start()
         for node_id, address in self.config.peers.items():
             self.peers.add_peer(node_id, address)

@@ -90,9 +90,7 @@ class Placement:
     def live(self) -> set[int]:
         node = self.node
         alive, left = set(), set()
-        # (a restarting node answers clients while it opens its replicas, before its gossip
-        # starts: it then knows only itself and the peers already connected)
-        for member in node.swim.members if node.swim.started else ():
+        for member in node.swim.members:  # (none yet on a node still starting)
             if member.state in LIVE_STATES:
                 alive.add(member.node_id)
             elif member.state is MemberState.LEFT:

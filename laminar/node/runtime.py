@@ -144,10 +144,6 @@ class MultiRaft:
             task.add_done_callback(_stop_if_died)
 
     @property
-    def started(self) -> bool:
-        return self._loop is not None
-
-    @property
     def awake(self) -> int:
         """Groups the tick task visits now (not quiesced): idle ones cost nothing."""
         return len(self._active)

@@ -97,26 +97,12 @@ def pread_exact(fd: int, length: int, position: int, path: Path | None = None) -
     return b"".join(parts)
 
 
-def sync_filesystem(path: Path) -> bool:
-    """Make every written page of the filesystem holding ``path`` durable with one syncfs(2)
-    (Linux), so that a restart need not fdatasync each of thousands of logs one by one; any
-    writeback error since is reported as OSError. False where there is no syncfs, and under
-    the power-loss test seam (which records what each fdatasync covers): callers then sync
-    file by file as before."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        syncer = filesystem_syncer(fd)
-        if syncer is None:
-            return False
-        syncer()
-    finally:
-        os.close(fd)
-    return True
-
-
 def filesystem_syncer(fd: int) -> Callable[[], None] | None:
-    """A call that syncfs(2)s the filesystem holding the open file ``fd`` and raises OSError
-    on failure, or None where there is no syncfs and under the power-loss test seam.
+    """A call that makes every written page of the filesystem holding the open file ``fd``
+    durable with one syncfs(2) (Linux) and raises OSError on failure: a group-commit pass over
+    many logs, or a restart, need not fdatasync each of thousands of logs one by one. None
+    where there is no syncfs, and under the power-loss test seam (which records what each
+    fdatasync covers): callers then sync file by file.
 
     Writeback errors are reported through the filesystem's error sequence as sampled when
     ``fd`` was opened: a descriptor held open for the process's life (a node's data directory

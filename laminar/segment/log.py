@@ -142,7 +142,7 @@ class PartitionLog:
         an flock on ``<path>/.lock`` so no other process opens the log meanwhile; a node that
         holds the lock of its whole data directory passes False and saves a descriptor per
         replica. Within this process one log per directory is enforced either way.
-        ``synced``: the caller made the whole filesystem durable (``sync_filesystem``) since
+        ``synced``: the caller made the whole filesystem durable (``filesystem_syncer``) since
         the last process that wrote this log ended, so recovery need not fdatasync the tail
         that process may have left in the page cache.
         """
