@@ -20,7 +20,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2  # two workers: most multi-process tests wait more than they compute
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
