@@ -20,7 +20,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest -q -n 2  # two workers: most multi-process tests wait more than they compute
+	$(BIN)/pytest -q -n 2 --dist loadfile  # two workers (most multi-process tests wait more than they compute); a file's tests stay on one, in order, with its module fixtures
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

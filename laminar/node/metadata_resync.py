@@ -78,7 +78,7 @@ def resync(node: Node, known_nodes: dict[int, NodeInfo], at: int) -> None:
         _open(node, to_open, at)
         _after_opening(node)
     else:  # a few at a time, so the event loop keeps serving meanwhile (as Node does)
-        node.spawn(_open_in_chunks(node, to_open, at))
+        node.spawn_opening(_open_in_chunks(node, to_open, at))
 
 
 def _delete_orphans(node: Node, busy: set[str], at: int) -> None:

@@ -362,6 +362,13 @@ class Node:
         task.add_done_callback(self._background.discard)
         return task
 
+    def spawn_opening(self, coroutine: Any) -> None:
+        """Open replicas in the background; a restart waits for them before it talks to
+        peers (``_open_known_partitions``)."""
+        opening = self.spawn(coroutine)
+        self._opening.add(opening)
+        opening.add_done_callback(self._opening.discard)
+
     def _raft_config(self, deliver_committed: bool) -> RaftConfig:
         return RaftConfig(
             election_tick=self.config.election_ticks,
@@ -469,9 +476,7 @@ class Node:
                 for partition in hosted:
                     self._open_partition(result, partition, index)
             else:
-                opening = self.spawn(self._open_partitions(result, hosted, index))
-                self._opening.add(opening)
-                opening.add_done_callback(self._opening.discard)
+                self.spawn_opening(self._open_partitions(result, hosted, index))
         elif op == "alter_topic" and isinstance(result, Topic):
             for partition in range(len(result.partitions)):
                 replica = self.runtime.replicas.get(group_id(result.topic_id, partition))

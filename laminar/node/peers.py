@@ -79,12 +79,13 @@ class PeerNetwork:
         self._dialers: dict[int, asyncio.Task[None]] = {}
         self._server: asyncio.Server | None = None
         self._hello = encode_hello(node_id, cluster_id, peer_address, client_address)
+        self._started = False
         self._stopping = False
         self._server_ssl = server_ssl
         self._client_ssl = client_ssl
         self.refused = 0
-        self._last_check = time.monotonic()
         """Peer connections refused (wrong certificate id, duplicate of a live connection)."""
+        self._last_check = time.monotonic()
 
     async def start(self) -> None:
         host, port = split_address(self.peer_address)
@@ -92,6 +93,9 @@ class PeerNetwork:
         self._server = await loop.create_server(
             self._accept, host, port, reuse_address=True, ssl=self._server_ssl
         )
+        self._started = True
+        for node_id in list(self.addresses):
+            self._dial_if_ours(node_id)
 
     async def stop(self) -> None:
         self._stopping = True
@@ -105,11 +109,16 @@ class PeerNetwork:
             await self._server.wait_closed()
 
     def add_peer(self, node_id: int, address: str) -> None:
-        """Learn a peer's address; the lower id of the pair dials."""
+        """Learn a peer's address; the lower id of the pair dials, once started. (A restart
+        learns its peers while replaying the metadata log, before it has opened its
+        replicas: dialed then, every peer's traffic competed with the opening.)"""
         if node_id == self.node_id or self.addresses.get(node_id) == address:
             return
         self.addresses[node_id] = address
-        if self.node_id < node_id and not self._stopping:
+        self._dial_if_ours(node_id)
+
+    def _dial_if_ours(self, node_id: int) -> None:
+        if self.node_id < node_id and self._started and not self._stopping:
             old = self._dialers.pop(node_id, None)
             if old is not None:
                 old.cancel()
