@@ -109,10 +109,12 @@ def start_cluster(
     extra_args: list[str] | None = None,
     kafka: bool = False,
     open_files_limit: int | None = None,
+    metrics: bool = False,
 ) -> ClusterHandle:
     """Start ``nodes`` node processes under ``tmp_path``; by default wait until ready.
     ``extra_args`` go to every `laminar node start`; ``kafka`` opens a Kafka listener on
-    each node (``kafka_bootstrap``); ``open_files_limit`` caps each node's RLIMIT_NOFILE."""
+    each node (``kafka_bootstrap``); ``open_files_limit`` caps each node's RLIMIT_NOFILE;
+    ``metrics`` serves each node's /metrics (``LocalNode.metrics_address``)."""
     local = LocalCluster(
         Path(tmp_path) / "cluster",
         free_port_pairs(nodes),
@@ -120,6 +122,7 @@ def start_cluster(
         extra_args=extra_args or (),
         kafka_ports=free_ports(nodes) if kafka else None,
         open_files_limit=open_files_limit,
+        metrics_ports=free_ports(nodes) if metrics else None,
     )
     handle = ClusterHandle(local)
     local.start()

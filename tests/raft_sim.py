@@ -48,6 +48,8 @@ REPLAY = "LAMINAR_SIM_SEED={seed} .venv/bin/pytest tests/test_raft_sim.py -k rep
 ELECTION_TICK = 6
 QUIESCE_STEPS = 40
 CATCH_UP_STEPS = 200
+REST_STEPS = 2 * ELECTION_TICK
+"""Steps a restarted node rests before it ticks again if no leader called it."""
 LEADER = Role.LEADER
 STAT_KEYS = (
     "leaders",
@@ -60,6 +62,9 @@ STAT_KEYS = (
     "torn",
     "state_survived",
     "state_lost",
+    "rests",
+    "rests_called",
+    "rests_woken",
 )
 
 
@@ -78,6 +83,9 @@ class Host:
     next_apply: int = 0
     removed: bool = False
     seen_commit: int = -1
+    rest_until: int = -1
+    """A restarted node resting (``RaftNode.rest``) until then, as the node runtime's
+    ``wake_uncalled`` would wake it."""
 
 
 def _entry_key(e: Entry) -> tuple[int, int, int, bytes]:
@@ -129,6 +137,7 @@ class Sim:
         self.p_fsync = r.choice((0.3, 0.7, 1.0))
         self.pre_vote = r.random() < 0.8
         self.check_quorum = r.random() < 0.8
+        self.rest_restarts = r.random() < 0.5
         self.faults = True
         self.clients = True
         conf = ConfState(tuple(range(1, self.n_voters + 1)))
@@ -160,6 +169,10 @@ class Sim:
         )
         d = h.disk
         h.node = RaftNode(h.id, d.written, d.conf, d.hs, cfg)
+        if self.rest_restarts and self.now > 0:  # a restart waits for its leader to call
+            h.node.rest()
+            h.rest_until = self.now + REST_STEPS
+            self.stats["rests"] += h.node.quiesced
         h.next_apply = d.written.first_index()
         h.seen_commit = h.node.commit
         h.waiting = []
@@ -597,6 +610,13 @@ class Sim:
         if self.clients and r.random() < 0.03:
             self.read()
         for h in self.live():
+            if 0 <= h.rest_until <= self.now:
+                h.rest_until = -1
+                if h.node.quiesced and h.node.lead == 0:  # no leader called
+                    h.node.wake()
+                    self.stats["rests_woken"] += 1
+                elif h.node.lead:
+                    self.stats["rests_called"] += 1
             if not h.node.quiesced and r.random() < 0.95:
                 h.node.tick()
                 self.process(h)

@@ -615,3 +615,74 @@ def test_a_heartbeat_answer_waits_for_durability_like_an_append_ack() -> None:
     beats = [m for m in answers if m.type == MessageType.HEARTBEAT_RESP]
     assert acks and all(m.after_persist for m in acks)
     assert beats and all(m.after_persist for m in beats)
+
+
+# ---------------------------------------------------------------- a restarted node rests
+
+
+def _restarted_resting(net: Net, nid: int) -> RaftNode:
+    """``nid`` dies (its leader is told, and goes quiet without it), then restarts and
+    rests, as a restarting node does."""
+    net.isolate(nid)
+    for other in net.ids:
+        if other != nid:
+            net[other].report_node_down(nid)
+    for _ in range(3):
+        for other in net.ids:
+            if other != nid:
+                net.tick(other)
+        net.deliver()
+    assert net[1].quiesced
+    node = net.start(nid)
+    node.rest()
+    net.process(nid)
+    net.heal()
+    assert node.quiesced and node.leader_id == 0
+    return node
+
+
+def test_a_resting_replica_does_not_campaign_and_a_quiet_leader_calls_it_once() -> None:
+    net = leader_net()
+    node = _restarted_resting(net, 3)
+    net.sent.clear()
+    assert net[1].report_node_up(3)  # work to drain: one heartbeat, the group stays asleep
+    net.deliver()
+    heartbeats = [m for m in net.sent if m.type == MessageType.HEARTBEAT]
+    assert [(m.to, m.quiesce) for m in heartbeats] == [(3, True)]
+    assert net[1].quiesced and node.quiesced and node.leader_id == 1
+    assert node.pre_votes == 0 and node.elections == 0
+    net.sent.clear()
+    assert not net[1].report_node_up(3)  # reported up twice (connection, then gossip): once
+    net.deliver()
+    assert net.sent == []
+
+
+def test_a_leader_owing_a_returning_node_entries_sends_them_at_once() -> None:
+    net = leader_net()
+    net.isolate(3)
+    net[1].propose(b"written while 3 was away")
+    net.deliver()
+    node = _restarted_resting(net, 3)
+    net.sent.clear()
+    assert net[1].report_node_up(3)
+    messages = net.take()  # before any tick: no heartbeat round trip first
+    assert [(m.type, m.to) for m in messages] == [(MessageType.APPEND, 3)]
+    for m in messages:
+        node.step(m)  # an append wakes the resting replica
+    assert not node.quiesced and node.leader_id == 1
+    net.deliver()
+    net.tick_all(3)
+    assert node.last_index == net[1].last_index and node.commit == net[1].commit
+    assert net[1].quiesced and node.quiesced
+
+
+def test_a_resting_replica_no_leader_calls_campaigns_once_woken() -> None:
+    net = Net([1, 2, 3], election_tick=ET)  # every node restarted: nobody leads
+    for n in (1, 2, 3):
+        net[n].rest()
+        assert net[n].quiesced
+    net[1].wake()
+    for _ in range(2 * ET):
+        net.tick(1)
+        net.deliver()
+    assert net[1].role == Role.LEADER and net[1].pre_votes >= 1

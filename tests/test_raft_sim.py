@@ -46,6 +46,10 @@ def test_raft_sim_many_seeds() -> None:
     assert totals["torn"] > SEEDS // 50
     assert totals["state_survived"] > SEEDS // 50
     assert totals["state_lost"] > SEEDS // 50
+    # Restarted nodes rest until a leader calls, or until woken when none did.
+    assert totals["rests"] > SEEDS // 10
+    assert totals["rests_called"] > SEEDS // 20
+    assert totals["rests_woken"] > SEEDS // 50
 
 
 @pytest.mark.skipif("LAMINAR_SIM_SEED" not in os.environ, reason="set LAMINAR_SIM_SEED")

@@ -1,6 +1,7 @@
 """Many partitions on real node processes: a 1,000-partition RF 3 topic is created and fully
 led, then the node leading most partitions is SIGKILLed and every partition accepts an
-acks=all write again.
+acks=all write again; restarted, that node catches up on every partition without a single
+pre-vote (its replicas wait for their leaders to call, ``MultiRaft.rest``).
 
 Before the node-wide hard-state journal, bulk leadership reports and the stall-tolerant peer
 liveness (docs/ARCHITECTURE.md, "Many partitions"), 1,000 partitions on a loaded 2-core
@@ -17,10 +18,12 @@ from pathlib import Path
 
 from laminar.client import Admin, Producer
 from tests.cluster_fixture import start_cluster
+from tests.test_node_metrics import scrape, value
 
 PARTITIONS = 1000
 ALL_LED_WITHIN = 60.0
 WRITABLE_AGAIN_WITHIN = 45.0
+CAUGHT_UP_WITHIN = 60.0
 
 
 async def _all_led(admin: Admin, topic: str, timeout: float) -> tuple[int, int]:
@@ -40,10 +43,29 @@ async def _all_led(admin: Admin, topic: str, timeout: float) -> tuple[int, int]:
     return described, statused
 
 
+async def _caught_up(admin: Admin, node_id: int, timeout: float) -> int:
+    """Until the gossip calls ``node_id`` alive and every leader reports it caught up on
+    every partition it hosts; returns how many are still behind."""
+    deadline = time.monotonic() + timeout
+    behind = PARTITIONS
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0.5)
+        try:
+            status = await admin.cluster_status()
+        except Exception:  # (a node still starting)
+            continue
+        alive = any(m.node_id == node_id and m.state == "alive" for m in status.members)
+        hosted = [r for p in status.partitions for r in p.replicas if r.node_id == node_id]
+        behind = sum(1 for r in hosted if r.lag > 0) if alive and hosted else PARTITIONS
+        if behind == 0:
+            break
+    return behind
+
+
 async def test_many_partitions_are_led_and_survive_the_loss_of_a_leader_node(
     tmp_path: Path,
 ) -> None:
-    cluster = start_cluster(tmp_path, 3, log_level="warning")
+    cluster = start_cluster(tmp_path, 3, log_level="warning", metrics=True)
     try:
         async with Admin(cluster.bootstrap, request_timeout_ms=30_000) as admin:
             started = time.monotonic()
@@ -75,5 +97,14 @@ async def test_many_partitions_are_led_and_survive_the_loss_of_a_leader_node(
                 )
                 assert all(f.exception() is None for f in done)
                 assert time.monotonic() - killed < WRITABLE_AGAIN_WITHIN
+            cluster.start_node(victim)
+            behind = await _caught_up(admin, victim, CAUGHT_UP_WITHIN)
+            assert behind == 0, f"node {victim} restarted, still behind on {behind}"
+            pre_votes = {}
+            for node_id, node in cluster.nodes.items():
+                samples = await scrape(node.metrics_address)
+                pre_votes[node_id] = value(samples, "laminar_raft_pre_votes_total", topic="many")
+            assert pre_votes.pop(victim) == 0, f"node {victim}'s replicas campaigned"
+            assert sum(pre_votes.values()) >= led  # the survivors did, for the dead leader's
     finally:
         cluster.stop()

@@ -128,7 +128,8 @@ class NodeCollector(Collector):
     def __init__(self, sources: Sources) -> None:
         self.s = sources
         self._elections: dict[str, int] = {}
-        self._seen_elections: dict[int, tuple[object, int]] = {}
+        self._pre_votes: dict[str, int] = {}
+        self._seen_elections: dict[int, tuple[object, int, int]] = {}
 
     def collect(self) -> Iterator[Metric]:
         yield from self._requests()
@@ -296,6 +297,15 @@ class NodeCollector(Collector):
         for topic, count in sorted(self._elections.items()):
             elections.add_metric([topic], count)
         yield elections
+        pre_votes = CounterMetricFamily(
+            "laminar_raft_pre_votes",
+            "Pre-vote rounds started by this node's replicas, per topic: a replica that hears "
+            "from no leader campaigns with one.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(self._pre_votes.items()):
+            pre_votes.add_metric([topic], count)
+        yield pre_votes
         changes = CounterMetricFamily(
             "laminar_raft_leadership_changes",
             "Times a replica on this node became or stopped being leader, per topic.",
@@ -340,11 +350,15 @@ class NodeCollector(Collector):
         for replica in replicas:
             raft = replica.raft
             previous = seen.get(replica.group)
-            before = previous[1] if previous is not None and previous[0] is raft else 0
-            if raft.elections != before:
-                topic = replica.topic
-                self._elections[topic] = self._elections.get(topic, 0) + raft.elections - before
-            seen[replica.group] = (raft, raft.elections)
+            elections, pre_votes = (
+                (0, 0) if previous is None or previous[0] is not raft else previous[1:]
+            )
+            topic = replica.topic
+            if raft.elections != elections:
+                self._elections[topic] = self._elections.get(topic, 0) + raft.elections - elections
+            if raft.pre_votes != pre_votes:
+                self._pre_votes[topic] = self._pre_votes.get(topic, 0) + raft.pre_votes - pre_votes
+            seen[replica.group] = (raft, raft.elections, raft.pre_votes)
         if len(seen) > len(replicas):
             current = {r.group for r in replicas}
             for group in [g for g in seen if g not in current]:

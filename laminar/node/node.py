@@ -86,6 +86,9 @@ OPEN_AT_ONCE = 64
 FIRST_ELECTION_GRACE = 2
 """Election timeouts a new group's non-preferred replicas wait, beyond their own, before
 they campaign (the preferred replica campaigns as soon as it opens)."""
+UNCALLED_TIMEOUTS = 2
+"""Election timeouts in which no leader called a restarted node's resting replicas before
+it wakes them (leaders call a slice of their groups at a time, ``MultiRaft.node_up``)."""
 CHECK_QUORUM_TIMEOUTS = 3
 """Election timeouts a leader goes without hearing from a majority before it steps down."""
 OPEN_SLICE_SECONDS = 0.02
@@ -262,7 +265,10 @@ class Node:
         if known_dir:
             await self._open_known_partitions()
             self._synced_at_start = False  # replicas opened from now on sync their own tails
+            self.runtime.rest(r for r in self.runtime.replicas.values() if r is not self.metadata)
             await self._start_network()
+            election_timeout = self.config.tick_ms * self.config.election_ticks / 1000
+            self.spawn(self.runtime.wake_uncalled(UNCALLED_TIMEOUTS * election_timeout))
         self.groups.start()
         self.queues.start()
         self.splits.start()

@@ -184,7 +184,9 @@ class PeerNetwork:
                 connection.close()
         for peer in self.addresses:
             if peer not in self._down:
-                last = self._last_heard.get(peer, 0.0)
+                # (A peer never heard yet is timed from the first check: reported down at
+                # once, every peer of a restarting node woke all its groups.)
+                last = self._last_heard.setdefault(peer, now)
                 if now - last > self._dead_after:
                     # Down for Raft (its groups elect without it) but the connection stays:
                     # a peer that is only slow (a starved CPU) loses nothing in flight.

@@ -38,6 +38,11 @@ TRANSFER_RETRY_S = 15.0
 """A leader hands a partition to its preferred replica at most this often: a replica that
 declines (it was just repaired after a fault) must not keep the leader in transfer, which
 refuses every write meanwhile."""
+SETTLE_S = 10.0
+"""A node back from the dead is handed no leadership for this long (Redpanda mutes a
+restarted node for its leader balancer likewise): it is catching up on every group it hosts,
+and at 10,000 partitions the elections of a few thousand transfers during that catch-up
+doubled the CPU it took on every node."""
 QUIET_PASS_S = 5.0
 """With no change seen (live and gone nodes, applied metadata, leaderships) and no move under
 way, the passes over every partition run only this often: they then only find a preferred
@@ -49,6 +54,7 @@ class Placement:
     def __init__(self, node: Node) -> None:
         self.node = node
         self._dead_since: dict[int, float] = {}
+        self._back_since: dict[int, float] = {}
         self._reaped: set[int] = set()
         """Nodes the gossip forgot (down for ``--reap-after``): the metadata leader forgets
         them too once they hold no replica."""
@@ -78,7 +84,8 @@ class Placement:
         elif event.kind is EventKind.REAPED:
             self._reaped.add(member.node_id)
         elif event.kind in (EventKind.JOINED, EventKind.ALIVE, EventKind.UPDATED):
-            self._dead_since.pop(member.node_id, None)
+            if self._dead_since.pop(member.node_id, None) is not None:
+                self._back_since[member.node_id] = time.monotonic()
             if event.kind is EventKind.ALIVE:
                 node.runtime.node_up(member.node_id)
             peer, client = member.meta.get("peer"), member.meta.get("client")
@@ -196,9 +203,11 @@ class Placement:
             return
         if preferred not in live or raft.transferee:
             return
+        now = time.monotonic()
+        if now - self._back_since.get(preferred, -SETTLE_S) < SETTLE_S:
+            return
         progress = raft.status().progress.get(preferred)
         if progress is not None and progress.match == raft.last_index and progress.recent_active:
-            now = time.monotonic()
             if now - self._last_transfer.get(replica.group, -TRANSFER_RETRY_S) < TRANSFER_RETRY_S:
                 return
             self._last_transfer[replica.group] = now

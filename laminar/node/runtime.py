@@ -30,7 +30,7 @@ import contextlib
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -235,21 +235,55 @@ class MultiRaft:
         """A peer node is back: every group counts it again, including groups it is not (yet)
         a member of: a group that later adds it (a move) must wait for it to catch up before
         going quiet, or a lagging learner would only move on with the next proposal. The
-        groups that owe it entries or a leader wake to catch it up (``report_node_up``), with
-        those not quiet yet, a slice at a time once many are awake (see
-        ``_wake_gradually``)."""
+        groups that owe it entries or a leader wake to catch it up, and the quiet ones it
+        leads here tell it so (``report_node_up``), with those not quiet yet, a slice at a
+        time once many are awake (see ``_wake_gradually``)."""
         self._down_nodes.discard(node_id)
         members = []
-        for replica in self.replicas.values():
+        for replica in list(self.replicas.values()):
             raft = replica.raft
             conf = raft.conf
             member = node_id in conf.voters or node_id in conf.learners
-            if raft.report_node_up(node_id) or (member and not raft.quiesced):
+            try:  # (a leader reads the entries it owes that node: a damaged log fails here)
+                work = raft.report_node_up(node_id)
+            except Exception as exc:
+                self.fail(replica, exc)
+                continue
+            if work or (member and not raft.quiesced):
                 members.append(replica)
-        if len(members) <= WAKE_AT_ONCE:
-            self._wake_all(members)
+        self._wake_many(members)
+
+    def rest(self, replicas: Iterable[Replica]) -> None:
+        """A restart: these replicas, knowing no leader, wait for their leaders to call
+        instead of ticking (``RaftNode.rest``); ``wake_uncalled`` wakes the others."""
+        for replica in replicas:
+            replica.raft.rest()
+            if replica.raft.quiesced:
+                self._active.discard(replica)
+
+    def _resting(self) -> list[Replica]:
+        return [r for r in self.replicas.values() if r.raft.quiesced and r.raft.lead == 0]
+
+    async def wake_uncalled(self, interval: float) -> None:
+        """Wake the resting replicas once leaders stopped calling them: one ``interval``
+        (an election timeout) in which no resting replica heard from a leader. All of them
+        at once if nothing calls at all: every node restarted, and only elections help."""
+        resting = len(self._resting())
+        while resting:
+            await asyncio.sleep(interval)
+            before, resting = resting, len(self._resting())
+            if resting == before:
+                break
+        uncalled = self._resting()
+        for replica in uncalled:
+            replica.raft.wake()
+        self._wake_many(uncalled)
+
+    def _wake_many(self, replicas: list[Replica]) -> None:
+        if len(replicas) <= WAKE_AT_ONCE:
+            self._wake_all(replicas)
             return
-        waker = asyncio.get_running_loop().create_task(self._wake_gradually(members))
+        waker = asyncio.get_running_loop().create_task(self._wake_gradually(replicas))
         self._wakers.add(waker)
         waker.add_done_callback(self._wakers.discard)
 

@@ -118,6 +118,8 @@ class RaftNode:
         self.term = hs.term
         self.elections = 0
         """Elections this node started (real ones, not pre-votes); read by the metrics."""
+        self.pre_votes = 0
+        """Pre-vote rounds this node started; read by the metrics."""
         self.vote = hs.vote
         first = log.first_index()
         last = log.last_index()
@@ -423,7 +425,8 @@ class RaftNode:
         of groups written at once on a busy node, a round of appends takes many ticks, and
         the heartbeats sent meanwhile were most of the messages exchanged. Nothing is skipped
         in a round that quiesces the group or confirms a read, or while leadership is being
-        handed over."""
+        handed over. (Skipping rounds to a follower that has everything failed the simulation:
+        one lost heartbeat then let its election timer run out.)"""
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
@@ -435,21 +438,24 @@ class RaftNode:
             if nid != self.id:
                 if skip and pr.match < last and seq - pr.sent_round < wait and not pr.paused():
                     continue
-                pr.sent_round = seq
-                self._send(
-                    Message(
-                        HEARTBEAT,
-                        nid,
-                        self.id,
-                        self.term,
-                        index=self._hb_seq,
-                        commit=min(pr.match, self.commit),
-                        context=ctx,
-                        quiesce=quiesce,
-                    )
-                )
+                self._send_heartbeat(nid, pr, quiesce, ctx)
         if quiesce:
             self._quiesced = True
+
+    def _send_heartbeat(self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"") -> None:
+        pr.sent_round = self._hb_seq
+        self._send(
+            Message(
+                HEARTBEAT,
+                nid,
+                self.id,
+                self.term,
+                index=self._hb_seq,
+                commit=min(pr.match, self.commit),
+                context=ctx,
+                quiesce=quiesce,
+            )
+        )
 
     # ----------------------------------------------------------------- elections
 
@@ -461,6 +467,7 @@ class RaftNode:
     def _campaign(self, kind: int) -> None:
         """kind: _PRE (pre-vote round), _ELECTION (real vote), _TRANSFER (forced by TIMEOUT_NOW)."""
         if self.cfg.pre_vote and kind == _PRE:
+            self.pre_votes += 1
             self._become_pre_candidate()
             mtype = PRE_VOTE
             term = self.term + 1
@@ -519,24 +526,53 @@ class RaftNode:
 
     def report_node_up(self, node_id: int) -> bool:
         """The peer-liveness layer sees ``node_id`` alive again: include it again, and wake
-        up if the group owes it something. True when woken: as leader, when that node lacks
-        entries or the commit (written while it was away); otherwise when no leader is known.
-        A quiet group it has everything of stays asleep: after a busy peer's brief silence,
-        waking every group it shares cost more CPU than the silence, and caused the next one.
-        (A replica that restarted there knows no leader and wakes the group itself.)"""
+        up if the group owes it something. True when the group has work (a ``Ready`` to
+        drain, or ticks to take): as leader, when that node lacks entries or the commit
+        (written while it was away); as a quiet leader otherwise, one heartbeat telling the
+        node who leads (it may have restarted and be resting, see ``rest``) while the group
+        stays asleep; as follower, when no leader is known. Only for a node reported down
+        before: the liveness layer may report a node up twice (its connection, then its
+        gossip). After a busy peer's brief silence, waking every group it shares cost more
+        CPU than the silence, and caused the next one."""
         pr = self.prs.get(node_id)
         if pr is not None:  # what was sent to it while it was away is lost: ask at once
             pr.sent_round = NEVER
-        if node_id not in self._down:
-            return False
+        was_down = node_id in self._down
         self._down.discard(node_id)
         if self.role == LEADER:
-            owes = pr is not None and (pr.match < self.log.last_index() or pr.commit < self.commit)
-        else:
-            owes = self.lead == 0
-        if owes:
+            if pr is None:
+                return False
+            if pr.match < self.log.last_index() or pr.commit < self.commit:
+                if not was_down:
+                    return False  # (its next heartbeat round asks at once)
+                # What was in flight to it is lost: probe from its match at once, instead of
+                # a heartbeat round trip first (etcd does the same on MsgUnreachable).
+                pr.become_probe()
+                self._send_append(node_id, pr, if_empty=True)
+                self._quiesced = False
+                return True
+            if was_down and self._quiesced:
+                self._send_heartbeat(node_id, pr, quiesce=True)
+                return True
+            return False
+        if was_down and self.lead == 0:
             self._quiesced = False
-        return owes
+            return True
+        return False
+
+    def rest(self) -> None:
+        """Sleep, as a follower that knows no leader, until a message comes: a restarted
+        node's replicas wait for their leaders to call (each quiet leader sends one heartbeat
+        when the liveness layer reports the node up) instead of ticking and campaigning,
+        which at 10,000 groups took the CPU the catching up needed. Whoever calls this must
+        ``wake`` the replica if no leader has called after a while (every node restarted)."""
+        if self.role == FOLLOWER and self.lead == 0:
+            self._quiesced = True
+
+    def wake(self) -> None:
+        """Tick again: a resting follower no leader called campaigns in due course."""
+        if self.role != LEADER:
+            self._quiesced = False
 
     # ----------------------------------------------------------------- step
 
