@@ -426,7 +426,10 @@ class RaftNode:
         the heartbeats sent meanwhile were most of the messages exchanged. Nothing is skipped
         in a round that quiesces the group or confirms a read, or while leadership is being
         handed over. (Skipping rounds to a follower that has everything failed the simulation:
-        one lost heartbeat then let its election timer run out.)"""
+        one lost heartbeat then let its election timer run out.) A node the liveness layer
+        reported down gets none: its window was full, so every round heartbeated it, and after
+        a node died a survivor's thousands of new leaders spent a third of their messages on
+        it. Reported up, it is called at once (``report_node_up``)."""
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
@@ -434,8 +437,11 @@ class RaftNode:
         last = self.log.last_index()
         wait = self._answer_wait_rounds
         ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
+        down = self._down
         for nid, pr in self.prs.items():
             if nid != self.id:
+                if nid in down:
+                    continue
                 if skip and pr.match < last and seq - pr.sent_round < wait and not pr.paused():
                     continue
                 self._send_heartbeat(nid, pr, quiesce, ctx)
