@@ -265,9 +265,9 @@ class MultiRaft:
         return [r for r in self.replicas.values() if r.raft.quiesced and r.raft.lead == 0]
 
     async def wake_uncalled(self, interval: float) -> None:
-        """Wake the resting replicas once leaders stopped calling them: one ``interval``
-        (an election timeout) in which no resting replica heard from a leader. All of them
-        at once if nothing calls at all: every node restarted, and only elections help."""
+        """Wake the resting replicas once leaders stopped calling them: after an
+        ``interval`` in which no resting replica heard from a leader (all of them then if
+        nothing called at all: every node restarted, and only elections help)."""
         resting = len(self._resting())
         while resting:
             await asyncio.sleep(interval)

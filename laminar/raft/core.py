@@ -426,10 +426,9 @@ class RaftNode:
         the heartbeats sent meanwhile were most of the messages exchanged. Nothing is skipped
         in a round that quiesces the group or confirms a read, or while leadership is being
         handed over. (Skipping rounds to a follower that has everything failed the simulation:
-        one lost heartbeat then let its election timer run out.) A node the liveness layer
-        reported down gets none: its window was full, so every round heartbeated it, and after
-        a node died a survivor's thousands of new leaders spent a third of their messages on
-        it. Reported up, it is called at once (``report_node_up``)."""
+        one lost heartbeat then let its election timer run out.) A node reported down gets
+        none: its window was full, so every round heartbeated it, a third of the messages of
+        a survivor's thousands of new leaders after a node died."""
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
@@ -507,9 +506,9 @@ class RaftNode:
     def report_node_down(self, node_id: int, *, first: bool | None = None) -> None:
         """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us.
 
-        Until ``report_node_up(node_id)``, a leader does not wait for that node to quiesce and
-        a follower does not let it quiesce the group (a heartbeat still in flight from a dead
-        leader must not put the survivors back to sleep).
+        Until ``report_node_up(node_id)``, a leader neither heartbeats that node nor waits for
+        it to quiesce, and a follower does not let it quiesce the group (a heartbeat still in
+        flight from a dead leader must not put the survivors back to sleep).
 
         ``first``: whether the liveness layer picked this replica as the dead leader's
         successor (one per group, the same pick on every survivor). The pick campaigns at its
@@ -1106,17 +1105,7 @@ class RaftNode:
         ctx = self._read_seq.to_bytes(8, "big")
         for nid, pr in self.prs.items():
             if nid != self.id and not pr.learner:
-                self._send(
-                    Message(
-                        HEARTBEAT,
-                        nid,
-                        self.id,
-                        self.term,
-                        index=self._hb_seq,
-                        commit=min(pr.match, self.commit),
-                        context=ctx,
-                    )
-                )
+                self._send_heartbeat(nid, pr, False, ctx)
 
     def _ack_read(self, frm: int, seq: int) -> None:
         if seq > self._read_seq or frm not in self._conf.voters:
