@@ -122,18 +122,34 @@ async def _udp_node() -> tuple[asyncio.DatagramTransport, asyncio.Queue[bytes], 
     return transport, received, transport.get_extra_info("sockname")[1]  # type: ignore[return-value]
 
 
+async def _udp_and_tcp_node() -> tuple[
+    asyncio.DatagramTransport, asyncio.Queue[bytes], int, socket.socket
+]:
+    """A UDP node and a TCP socket bound to the same port number, as on a real node. (The
+    port is free for UDP; another process, a test on another worker say, may hold it for
+    TCP: then another port.)"""
+    for _ in range(20):
+        transport, received, port = await _udp_node()
+        tcp = socket.socket()
+        try:
+            tcp.bind(("127.0.0.1", port))
+        except OSError:
+            tcp.close()
+            transport.close()
+            continue
+        return transport, received, port, tcp
+    raise AssertionError("no port free for both UDP and TCP")
+
+
 async def test_proxy_cuts_one_direction_of_gossip_and_of_a_peer_connection() -> None:
     gossip1, inbox1, port1 = await _udp_node()
-    gossip2, inbox2, port2 = await _udp_node()
+    gossip2, inbox2, port2, tcp = await _udp_and_tcp_node()
     accepted: asyncio.Queue[asyncio.StreamReader] = asyncio.Queue()
 
     async def on_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await accepted.put(reader)
         await asyncio.sleep(30)
 
-    # node 2's TCP peer port must equal its UDP one, as on a real node
-    tcp = socket.socket()
-    tcp.bind(("127.0.0.1", port2))
     server = await asyncio.start_server(on_peer, sock=tcp)
     proxy = FaultProxy({1: ("127.0.0.1", port1), 2: ("127.0.0.1", port2)})
     advertised = await proxy.start()
