@@ -344,8 +344,8 @@ class NodeCollector(Collector):
         return False
 
     def _count_elections(self, replicas: list[Replica]) -> None:
-        """Fold each core's election counter into per-topic totals that never go back, even
-        when a replica is closed or reopened (a new core starts from zero)."""
+        """Fold each core's election and pre-vote counters into per-topic totals that never
+        go back, even when a replica is closed or reopened (a new core starts from zero)."""
         seen = self._seen_elections
         for replica in replicas:
             raft = replica.raft

@@ -268,16 +268,15 @@ class MultiRaft:
         """Wake the resting replicas once leaders stopped calling them: after an
         ``interval`` in which no resting replica heard from a leader (all of them then if
         nothing called at all: every node restarted, and only elections help)."""
-        resting = len(self._resting())
+        resting = self._resting()
         while resting:
             await asyncio.sleep(interval)
-            before, resting = resting, len(self._resting())
-            if resting == before:
+            before, resting = len(resting), self._resting()
+            if len(resting) == before:
                 break
-        uncalled = self._resting()
-        for replica in uncalled:
+        for replica in resting:
             replica.raft.wake()
-        self._wake_many(uncalled)
+        self._wake_many(resting)
 
     def _wake_many(self, replicas: list[Replica]) -> None:
         if len(replicas) <= WAKE_AT_ONCE:
