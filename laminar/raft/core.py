@@ -87,6 +87,10 @@ QUICK_CAMPAIGNS = 3
 """Pre-vote rounds a dead leader's picked successor runs a few ticks apart (then the usual
 randomized timeout): a voter that has not yet seen the leader die ignores the first (lease)."""
 QUICK_RETRY_TICKS = 3
+COMMIT_NOTICE_WAIT_ROUNDS = 2
+"""A follower that owes the answer to a commit notice misses only the heartbeat round right
+after it, so it hears from its leader every other round (skipped for half an election
+timeout, with slow deliveries, its election timer ran out: Raft simulation seed 7362)."""
 _INDEX = attrgetter("index")
 _LAST = attrgetter("last")
 _TERM = attrgetter("term")
@@ -419,16 +423,19 @@ class RaftNode:
         return True
 
     def _bcast_heartbeat(self) -> None:
-        """One heartbeat round. A follower that owes an answer to an append sent it within
-        the last few rounds is skipped, unless its window is full: that append already reset
-        its election timer, and its answer will say what a heartbeat's would. With thousands
-        of groups written at once on a busy node, a round of appends takes many ticks, and
-        the heartbeats sent meanwhile were most of the messages exchanged. Nothing is skipped
-        in a round that quiesces the group or confirms a read, or while leadership is being
-        handed over. (Skipping rounds to a follower that has everything failed the simulation:
-        one lost heartbeat then let its election timer run out.) A node reported down gets
-        none: its window was full, so every round heartbeated it, a third of the messages of
-        a survivor's thousands of new leaders after a node died."""
+        """One heartbeat round. A follower that owes an answer to entries sent it within the
+        last few rounds is skipped, unless its window is full: that append already reset its
+        election timer, and its answer will say what a heartbeat's would. One that owes the
+        answer to a commit notice (the empty append after a write) is skipped in the round
+        right after it. With thousands of groups written at once on a busy node, a round of
+        appends takes many ticks, and the heartbeats sent meanwhile were most of the messages
+        exchanged (3,000 partitions written once each: 9.3 heartbeats per write, 4.7 of them
+        while a commit notice was unanswered; now 3.9). Nothing is skipped in a round that
+        quiesces the group or confirms a read, or while leadership is being handed over.
+        (Skipping rounds to a follower that has everything failed the simulation: one lost
+        heartbeat then let its election timer run out.) A node reported down gets none: its
+        window was full, so every round heartbeated it, a third of the messages of a
+        survivor's thousands of new leaders after a node died."""
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
@@ -441,7 +448,13 @@ class RaftNode:
             if nid != self.id:
                 if nid in down:
                     continue
-                if skip and pr.match < last and seq - pr.sent_round < wait and not pr.paused():
+                if pr.match < last:
+                    window = wait
+                elif pr.commit < pr.sent_commit:
+                    window = COMMIT_NOTICE_WAIT_ROUNDS
+                else:
+                    window = 0
+                if skip and seq - pr.sent_round < window and not pr.paused():
                     continue
                 self._send_heartbeat(nid, pr, quiesce, ctx)
         if quiesce:
