@@ -405,6 +405,30 @@ def test_read_index_waits_for_first_commit_of_the_term() -> None:
     assert net.reads[1] == [(b"early", net[1].last_index)]
 
 
+def test_a_saved_commit_never_exceeds_the_durable_log() -> None:
+    # A follower that learns entries and their commit in one append must not save that
+    # commit before the entries are durable: a power cut can keep the state file and lose
+    # the log's truncation, and the restart would take older entries at those offsets for
+    # committed (Raft simulation seed 14291).
+    net = leader_net()
+    net.isolate(2)
+    net[1].propose(b"written while 2 was away")
+    net.deliver()
+    durable = net[2].last_index
+    net.heal()
+    net.durable = False  # node 2's writes stay in the page cache
+    for _ in range(ET):  # a heartbeat's answer shows node 2 behind: the leader sends it all
+        net.tick(1)
+        net.deliver()
+    assert net[2].commit == net[1].commit > durable  # learnt, not yet durable
+    assert net.hard_states[2].commit <= durable
+    assert net[2].durable_commit == durable
+    net.durable = True
+    net.process(2)
+    net[2].persisted(net[2].last_index, net[2].term)
+    assert net[2].durable_commit == net[2].commit
+
+
 # ---------------------------------------------------------------- quiescence
 
 
@@ -449,6 +473,31 @@ def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while
     net.deliver()
     net.tick_all(2)
     assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
+
+
+def test_no_heartbeat_to_a_follower_while_a_probe_is_unanswered() -> None:
+    # A returning node is probed from its match at once. A heartbeat each round meanwhile
+    # made each answer trigger another probe (with 10,000 groups catching a restarted node
+    # up, that was a heartbeat and an empty append per group and round).
+    net = leader_net()
+    net.isolate(3)
+    net[1].report_node_down(3)
+    net[1].propose(b"written while 3 was away")
+    net.deliver()
+    net.heal()
+    assert net[1].report_node_up(3)
+    probes = [m for m in net.take() if m.to == 3]
+    assert [m.type for m in probes] == [MessageType.APPEND]
+    silent = 0
+    while True:
+        net.tick(1)
+        if any(m.type == MessageType.HEARTBEAT and m.to == 3 for m in net.take()):
+            break
+        silent += 1
+    # (the probe was lost: asked again after half an election timeout)
+    assert silent == ET // 2 - 1
+    net.tick_all(ET)
+    assert net[3].last_index == net[1].last_index and net[1].quiesced
 
 
 def test_report_node_down_lets_quiesced_followers_elect_promptly() -> None:

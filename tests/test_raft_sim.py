@@ -88,11 +88,20 @@ def _quiet_sim(voters: int) -> Sim:
 
 
 def _elect(sim: Sim, nid: int) -> None:
-    sim.hosts[nid].node.campaign()
+    """``nid`` campaigns, and leads once it committed an entry of its term (steps bounded:
+    deliveries take random delays)."""
+    node = sim.hosts[nid].node
+    node.campaign()
     sim.process(sim.hosts[nid])
-    for _ in range(5):
+    for _ in range(30):
         sim.step()
-    assert sim.hosts[nid].node.role == Role.LEADER
+        if (
+            node.role == Role.LEADER
+            and node.commit >= 0
+            and node.log.term(node.commit) == node.term
+        ):
+            return
+    raise AssertionError(f"node {nid} did not lead with a commit of its term in 30 steps")
 
 
 def test_a_deposed_leader_does_not_get_a_live_member_reaped() -> None:

@@ -188,7 +188,7 @@ class Replica:
             and saved.term == raft.term
             and saved.vote == raft.vote
             and saved.conf == (self.conf or raft.committed_conf)
-            and (not self.saves_commit or saved.commit == raft.commit)
+            and (not self.saves_commit or saved.commit == raft.durable_commit)
         )
 
     def state_to_save(self) -> StateToSave | None:
@@ -197,9 +197,10 @@ class Replica:
             return None
         raft = self.raft
         conf = self.conf or raft.committed_conf
-        self.saved = SavedState(raft.term, raft.vote, conf, raft.commit)
+        commit = raft.durable_commit
+        self.saved = SavedState(raft.term, raft.vote, conf, commit)
         self._state_stamp += 1
-        return StateToSave(self._state_stamp, HardState(raft.term, raft.vote, raft.commit), conf)
+        return StateToSave(self._state_stamp, HardState(raft.term, raft.vote, commit), conf)
 
     def write_state(self, state: StateToSave) -> None:
         """Save a captured term, vote and membership: into the journal (durable with its next

@@ -101,6 +101,17 @@ _ONLY_NORMAL = {EntryKind.NORMAL}
 _ONE = {1}
 
 
+def _window_full(pr: Progress) -> bool:
+    """Whether a follower's appends are stuck behind a full window (or a reset): its
+    heartbeat answer frees a slot (or probes again), so a heartbeat is never skipped then. A
+    probe in flight is not stuck: its answer is owed, and a heartbeat meanwhile made the
+    follower's answer trigger a second probe (a restarted node's 10,000 groups were sent a
+    heartbeat and an empty probe every round while it caught up)."""
+    if pr.state == REPLICATE:
+        return pr.inflights.full()
+    return pr.state == RESET
+
+
 class RaftNode:
     """One replica of one Raft group."""
 
@@ -187,6 +198,15 @@ class RaftNode:
     @property
     def last_index(self) -> int:
         return self.log.last_index()
+
+    @property
+    def durable_commit(self) -> int:
+        """The commit as far as this replica's own log is durable: what a saved hard state
+        may claim. A saved commit above the durable log could name entries a power cut then
+        lost, with older entries still at those offsets, and a restart would take them for
+        committed (Raft simulation seed 14291: the state file survived, a truncation did not).
+        """
+        return min(self.commit, self._persisted)
 
     @property
     def conf(self) -> ConfState:
@@ -431,7 +451,7 @@ class RaftNode:
         appends takes many ticks, and the heartbeats sent meanwhile were most of the messages
         exchanged (3,000 partitions written once each: 9.3 heartbeats per write, 4.7 of them
         while a commit notice was unanswered; now 3.9). Nothing is skipped in a round that
-        quiesces the group or confirms a read, or while leadership is being handed over.
+        quiesces the group, while a read waits, or while leadership is being handed over.
         (Skipping rounds to a follower that has everything failed the simulation: one lost
         heartbeat then let its election timer run out.) A node reported down gets none: its
         window was full, so every round heartbeated it, a third of the messages of a
@@ -439,7 +459,7 @@ class RaftNode:
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
-        skip = not quiesce and not self._reads and not self.transferee
+        skip = not (quiesce or self._reads or self._reads_waiting or self.transferee)
         last = self.log.last_index()
         wait = self._answer_wait_rounds
         ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
@@ -454,7 +474,7 @@ class RaftNode:
                     window = COMMIT_NOTICE_WAIT_ROUNDS
                 else:
                     window = 0
-                if skip and seq - pr.sent_round < window and not pr.paused():
+                if skip and seq - pr.sent_round < window and not _window_full(pr):
                     continue
                 self._send_heartbeat(nid, pr, quiesce, ctx)
         if quiesce:
@@ -1169,7 +1189,7 @@ class RaftNode:
         hs_t = (self.term, self.vote, self.commit)
         hs = None
         if hs_t != self._prev_hs:
-            hs = HardState(*hs_t)
+            hs = HardState(self.term, self.vote, self.durable_commit)
             self._prev_hs = hs_t
         conf_state = None
         cc = self._committed_conf
