@@ -104,7 +104,9 @@ def test_figure8_old_term_entry_overwritten_when_not_committed() -> None:
     net.elect(5)
     assert net[5].role == Role.LEADER
     net.heal()
-    net.tick_all(3)
+    # (S1's probe was lost in the partition: a heartbeat asks again within half an election
+    # timeout, and its answer brings the probe that overwrites S1's entry)
+    net.tick_all(10)
     for n in range(1, 6):
         assert [t for _, _, t in net.entries(n)][:2] == [1, 3]
 
