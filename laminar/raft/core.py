@@ -101,17 +101,6 @@ _ONLY_NORMAL = {EntryKind.NORMAL}
 _ONE = {1}
 
 
-def _window_full(pr: Progress) -> bool:
-    """Whether a follower's appends are stuck behind a full window (or a reset): its
-    heartbeat answer frees a slot (or probes again), so a heartbeat is never skipped then. A
-    probe in flight is not stuck: its answer is owed, and a heartbeat meanwhile made the
-    follower's answer trigger a second probe (a restarted node's 10,000 groups were sent a
-    heartbeat and an empty probe every round while it caught up)."""
-    if pr.state == REPLICATE:
-        return pr.inflights.full()
-    return pr.state == RESET
-
-
 class RaftNode:
     """One replica of one Raft group."""
 
@@ -474,7 +463,7 @@ class RaftNode:
                     window = COMMIT_NOTICE_WAIT_ROUNDS
                 else:
                     window = 0
-                if skip and seq - pr.sent_round < window and not _window_full(pr):
+                if skip and seq - pr.sent_round < window and not pr.stuck():
                     continue
                 self._send_heartbeat(nid, pr, quiesce, ctx)
         if quiesce:

@@ -144,3 +144,13 @@ class Progress:
         if self.state == REPLICATE:
             return self.inflights.full()
         return True
+
+    def stuck(self) -> bool:
+        """Whether appends are stuck behind a full window (or a reset): the follower's
+        heartbeat answer frees a slot (or probes again), so it is heartbeated every round. A
+        probe in flight is paused, not stuck: its answer is owed, and a heartbeat meanwhile
+        made that answer trigger a second probe (a restarted node's 10,000 groups were sent a
+        heartbeat and an empty probe every round while it caught up)."""
+        if self.state == REPLICATE:
+            return self.inflights.full()
+        return self.state == RESET
