@@ -607,7 +607,8 @@ async def _dev(cluster: LocalCluster, topic: str, ready_timeout: float) -> int:
                 typer.echo("error: every node has exited", err=True)
                 return 1
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), 0.5)
+                async with asyncio.timeout(0.5):
+                    await stop.wait()
         return 0
     finally:
         typer.echo("stopping nodes ...")

@@ -119,6 +119,25 @@ async def test_the_proposal_is_answered_by_its_own_entry(tmp_path: Path) -> None
         node.metadata.close()
 
 
+async def test_a_proposal_cancelled_as_its_entry_applies_ends_cancelled(tmp_path: Path) -> None:
+    """A node stops by cancelling its tasks; one whose proposal was answered in the same loop
+    step must still end. With ``asyncio.wait_for`` (Python 3.11) the answer won and the task
+    went on, waiting forever: a node's stop hung in CI."""
+    node = leading_node(tmp_path)
+    try:
+        mine = {"op": "register_node", "node_id": 5, "client_address": "a:1", "peer_address": "a:2"}
+        task, index = await proposed(node, mine)
+        (request_id,) = [r for r, _ in node.metadata_service._waiters.values()]
+        node.metadata_service.apply(
+            entry_at(index, node.metadata.raft.term, {**mine, "request_id": request_id})
+        )
+        task.cancel()  # before the task saw the answer
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        node.metadata.close()
+
+
 async def test_losing_leadership_fails_waiters(tmp_path: Path) -> None:
     node = leading_node(tmp_path)
     try:

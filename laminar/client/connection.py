@@ -109,8 +109,8 @@ class Connection:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
+            async with asyncio.timeout(timeout):
+                _, protocol = await loop.create_connection(
                     lambda: FramedProtocol(
                         connection._on_frame,
                         connection._on_close,
@@ -119,9 +119,7 @@ class Connection:
                     host,
                     port,
                     ssl=ssl,
-                ),
-                timeout,
-            )
+                )
         except (OSError, TimeoutError) as exc:
             raise ConnectionError(f"cannot connect to {address}: {_reason(exc)}") from None
         connection._protocol = protocol

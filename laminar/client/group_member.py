@@ -284,7 +284,8 @@ class GroupMember:
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
 
     async def _fenced(self, error: LaminarError) -> None:
         lost = self.membership.fenced()
@@ -411,7 +412,8 @@ class GroupMember:
                 replied = self._replied
                 self._wake.set()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(replied.wait(), member.heartbeat_interval_ms / 1000)
+                    async with asyncio.timeout(member.heartbeat_interval_ms / 1000):
+                        await replied.wait()
                 continue
             except (UnknownMemberIdError, FencedMemberEpochError):
                 self._wake.set()  # the next heartbeat finds out and rejoins

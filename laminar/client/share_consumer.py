@@ -229,7 +229,8 @@ class ShareConsumer:
                 return []
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._arrived.wait()
 
     def __aiter__(self) -> AsyncIterator[ShareMessage]:
         return self

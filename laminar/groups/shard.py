@@ -113,7 +113,8 @@ class ShardDriver:
         """Run ``request(coordinator, now_ms)``; its typed errors are raised at once, its value
         is returned once everything it may depend on is durable."""
         if not self._loaded.done():
-            await asyncio.wait_for(asyncio.shield(self._loaded), timeout)
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(self._loaded)
         coordinator = self._coordinator()
         try:
             reply = request(coordinator, self._now_ms())

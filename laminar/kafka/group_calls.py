@@ -120,7 +120,8 @@ async def coordinator_address(ctx: RequestContext, group: str) -> tuple[Any, int
     deadline = loop.time() + FIND_WAIT_SECONDS
     while True:
         try:
-            node = await asyncio.wait_for(broker.groups.coordinator_node(group), FIND_WAIT_SECONDS)
+            async with asyncio.timeout(FIND_WAIT_SECONDS):
+                node = await broker.groups.coordinator_node(group)
         except (LaminarError, TimeoutError):
             node = None
         address = next((b for b in broker.brokers() if b.node_id == node), None)

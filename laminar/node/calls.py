@@ -54,7 +54,8 @@ class PeerCalls:
         try:
             if not self._peers.send_other(peer, message):
                 raise ConnectionError(f"no connection to node {peer}")
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             raise RequestTimeoutError(f"node {peer} did not answer {method}") from None
         finally:

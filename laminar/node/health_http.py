@@ -72,7 +72,8 @@ class HealthServer:
         self._handlers.add(task)
         head = b""
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            async with asyncio.timeout(READ_TIMEOUT):
+                head = await reader.readuntil(b"\r\n\r\n")
             status, content_type, body = self._respond(head)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             status, content_type, body = 400, "text/plain", b"bad request\n"

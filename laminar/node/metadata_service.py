@@ -162,7 +162,8 @@ class MetadataService:
         self._waiters[index] = (command["request_id"], future)
         self.node.runtime.wake(self.node.metadata)
         try:
-            result = await asyncio.wait_for(future, 10.0)
+            async with asyncio.timeout(10.0):
+                result = await future
         except TimeoutError:
             raise RequestTimeoutError("metadata command did not commit in time") from None
         finally:
@@ -256,7 +257,8 @@ class MetadataService:
         future = asyncio.get_running_loop().create_future()
         self._applied_waiters.append((index, future))
         try:
-            await asyncio.wait_for(future, max(timeout, 0.1))
+            async with asyncio.timeout(max(timeout, 0.1)):
+                await future
         except TimeoutError:
             raise RequestTimeoutError("metadata change not yet applied on this node") from None
 

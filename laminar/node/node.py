@@ -344,9 +344,7 @@ class Node:
         return topic.partitions[replica.partition].leader
 
     async def stop(self) -> None:
-        for task in [*self._tasks, *self._background]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._background, return_exceptions=True)
+        await _bounded("tasks", _cancel_all([*self._tasks, *self._background]))
         await _bounded("client server", self.client_server.stop())
         if self.kafka_server is not None:
             await _bounded("kafka server", self.kafka_server.stop())
@@ -718,6 +716,12 @@ def _log_bytes(message: Any) -> int:
 
 STOP_PHASE_S = 10.0
 """How long one service may take to stop before the node goes on without it."""
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _bounded(phase: str, stopping: Coroutine[Any, Any, None]) -> None:

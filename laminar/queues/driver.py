@@ -172,7 +172,8 @@ class PartitionQueues:
     async def ready(self) -> None:
         """Wait until loaded (NotLeaderError if leadership ends first)."""
         if not self._loaded.done():
-            await asyncio.wait_for(asyncio.shield(self._loaded), 10.0)
+            async with asyncio.timeout(10.0):
+                await asyncio.shield(self._loaded)
         self._check()
 
     def describe(self, group: str) -> Any:
