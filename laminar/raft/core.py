@@ -418,18 +418,27 @@ class RaftNode:
             self._bcast_heartbeat()
 
     def _can_quiesce(self) -> bool:
+        """Every live member holds every entry, all committed: the quiescing heartbeat
+        carries the commit to followers that do not know it yet."""
         last = self.log.last_index()
         if self.transferee or self._reads or self._reads_waiting or self.commit != last:
             return False
-        c = self.commit
-        me = self.id
+        down = self._down
+        return all(pr.match == last for nid, pr in self.prs.items() if nid not in down)
+
+    def _answer_owed(self) -> bool:
+        """A live follower was sent every entry and has not answered yet. The commit notice
+        waits for that answer: then one heartbeat round tells every follower the commit and
+        quiesces the group, where notices (an empty append each, answered), then a quiescing
+        round took twice the messages. Meanwhile a follower that has every entry learns the
+        commit from the heartbeat rounds, and one that never answers (a dead node not yet
+        reported) would not take a notice either."""
+        last = self.log.last_index()
         down = self._down
         for nid, pr in self.prs.items():
-            if nid in down:
-                continue
-            if pr.match != last or (nid != me and pr.commit < c):
-                return False
-        return True
+            if nid != self.id and nid not in down and pr.sent_all_unanswered(last):
+                return True
+        return False
 
     def _bcast_heartbeat(self) -> None:
         """One heartbeat round. A follower that owes an answer to entries sent it within the
@@ -1008,11 +1017,14 @@ class RaftNode:
                                     break
                 self._dirty.clear()
             c = self.commit
-            if c > self._bcast_commit:
+            if c > self._bcast_commit and not self._answer_owed():
                 self._bcast_commit = c
-                for nid, pr in prs.items():
-                    if nid != me and pr.sent_commit < c:
-                        self._send_append(nid, pr, True)
+                if self._can_quiesce():
+                    self._bcast_heartbeat()  # it carries the commit and puts the group to sleep
+                else:
+                    for nid, pr in prs.items():
+                        if nid != me and pr.sent_commit < c and pr.commit < c:
+                            self._send_append(nid, pr, True)
         if self._pending_ack is not None:
             self._flush_ack()
 

@@ -145,6 +145,10 @@ class Progress:
             return self.inflights.full()
         return True
 
+    def sent_all_unanswered(self, last: int) -> bool:
+        """Replicating, the entries through ``last`` are sent and their answer is owed."""
+        return self.state == REPLICATE and self.match < last < self.next
+
     def stuck(self) -> bool:
         """Whether appends are stuck behind a full window (or a reset): the follower's
         heartbeat answer frees a slot (or probes again), so it is heartbeated every round. A
