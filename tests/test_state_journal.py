@@ -1,0 +1,81 @@
+"""The node-wide journal of Raft hard states: buffered writes reach the file in one system call
+at ``sync``, replay restores the newest state of each replica, and a torn tail is cut."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from laminar.node.state_journal import JOURNAL_FILE, StateJournal
+from laminar.raft import ConfState, HardState
+
+CONF = ConfState(voters=(1, 2, 3))
+
+
+def replica_dirs(tmp_path: Path, count: int) -> list[Path]:
+    dirs = [tmp_path / f"topic-{n}" for n in range(count)]
+    for directory in dirs:
+        directory.mkdir()
+    return dirs
+
+
+def test_writes_reach_the_file_in_one_call_at_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = StateJournal(tmp_path / JOURNAL_FILE)
+    journal.open()
+    dirs = replica_dirs(tmp_path, 1000)
+    for term, directory in enumerate(dirs):
+        journal.write(directory, HardState(term=term, vote=2, commit=-1), CONF)
+    assert journal.path.stat().st_size == 0  # buffered until the pass syncs
+    calls = []
+    real_write = os.write
+
+    def counting_write(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", counting_write)
+    journal.sync()
+    monkeypatch.undo()
+    assert len(calls) == 1 and calls[0] == journal.path.stat().st_size
+    journal.close()
+
+    again = StateJournal(tmp_path / JOURNAL_FILE)
+    for term, directory in enumerate(dirs):
+        hard, conf = again.load(directory)
+        assert hard == HardState(term=term, vote=2, commit=-1) and conf == CONF
+    again.close()
+
+
+def test_newest_state_wins_close_keeps_the_buffer_and_a_torn_tail_is_cut(tmp_path: Path) -> None:
+    (directory,) = replica_dirs(tmp_path, 1)
+    journal = StateJournal(tmp_path / JOURNAL_FILE)
+    journal.write(directory, HardState(term=1, vote=1, commit=-1), CONF)
+    journal.sync()
+    journal.write(directory, HardState(term=2, vote=3, commit=-1), CONF)
+    journal.close()  # (a clean stop writes what is buffered)
+    size = journal.path.stat().st_size
+    with journal.path.open("ab") as f:
+        f.write(b"\x40\x00\x00\x00torn")  # a record header promising more than follows
+    again = StateJournal(tmp_path / JOURNAL_FILE)
+    assert again.load(directory)[0] == HardState(term=2, vote=3, commit=-1)
+    assert journal.path.stat().st_size == size
+    again.close()
+
+
+def test_compaction_keeps_every_live_state_including_buffered_ones(tmp_path: Path) -> None:
+    dirs = replica_dirs(tmp_path, 3)
+    journal = StateJournal(tmp_path / JOURNAL_FILE)
+    for term in range(4200):  # compacted at the 41st sync: many more records than live entries
+        journal.write(dirs[term % 3], HardState(term=term, vote=1, commit=-1), CONF)
+        if term % 100 == 99:
+            journal.sync()
+    journal.sync()
+    journal.close()
+    again = StateJournal(tmp_path / JOURNAL_FILE)
+    assert [again.load(d)[0].term for d in dirs] == [4197, 4198, 4199]  # type: ignore[union-attr]
+    again.close()
+    assert journal.path.stat().st_size < 103 * 200  # 3 records at compaction, 100 since
