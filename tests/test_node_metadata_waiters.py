@@ -65,6 +65,19 @@ async def proposed(node: Node, command: dict) -> tuple[asyncio.Task, int]:
     return task, index
 
 
+MINE = {"op": "register_node", "node_id": 5, "client_address": "a:1", "peer_address": "a:2"}
+
+
+async def proposed_and_applied(node: Node, command: dict) -> tuple[asyncio.Task, int]:
+    """A local proposal whose own entry was just applied (the task has not run since)."""
+    task, index = await proposed(node, command)
+    (request_id,) = [r for r, _ in node.metadata_service._waiters.values()]
+    node.metadata_service.apply(
+        entry_at(index, node.metadata.raft.term, {**command, "request_id": request_id})
+    )
+    return task, index
+
+
 async def test_another_command_at_the_same_offset_does_not_answer_the_proposal(
     tmp_path: Path,
 ) -> None:
@@ -107,12 +120,7 @@ async def test_a_noop_at_the_offset_fails_the_proposal_once_a_later_entry_applie
 async def test_the_proposal_is_answered_by_its_own_entry(tmp_path: Path) -> None:
     node = leading_node(tmp_path)
     try:
-        mine = {"op": "register_node", "node_id": 5, "client_address": "a:1", "peer_address": "a:2"}
-        task, index = await proposed(node, mine)
-        (request_id,) = [r for r, _ in node.metadata_service._waiters.values()]
-        node.metadata_service.apply(
-            entry_at(index, node.metadata.raft.term, {**mine, "request_id": request_id})
-        )
+        task, index = await proposed_and_applied(node, MINE)
         answer = await task
         assert answer["index"] == index and answer["result"]["node_id"] == 5
     finally:
@@ -125,12 +133,7 @@ async def test_a_proposal_cancelled_as_its_entry_applies_ends_cancelled(tmp_path
     went on, waiting forever: a node's stop hung in CI."""
     node = leading_node(tmp_path)
     try:
-        mine = {"op": "register_node", "node_id": 5, "client_address": "a:1", "peer_address": "a:2"}
-        task, index = await proposed(node, mine)
-        (request_id,) = [r for r, _ in node.metadata_service._waiters.values()]
-        node.metadata_service.apply(
-            entry_at(index, node.metadata.raft.term, {**mine, "request_id": request_id})
-        )
+        task, _ = await proposed_and_applied(node, MINE)
         task.cancel()  # before the task saw the answer
         with pytest.raises(asyncio.CancelledError):
             await task

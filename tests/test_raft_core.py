@@ -513,10 +513,9 @@ def test_the_commit_waits_for_an_owed_answer_but_not_forever() -> None:
     assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
 
 
-def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while() -> None:
-    # A write the group cannot quiesce after (node 3 is being probed) is told committed by
-    # an empty append; until node 2 answers it, a heartbeat would only ask what that answer
-    # will say. If the notice is lost, heartbeats resume one round later.
+def node_3_back_and_probed() -> Net:
+    """Node 3 missed a write while reported down; reported up, the leader's probe to it is
+    queued (not delivered)."""
     net = leader_net()
     net.isolate(3)
     net[1].report_node_down(3)
@@ -524,6 +523,14 @@ def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while
     net.deliver()
     net.heal()
     assert net[1].report_node_up(3)
+    return net
+
+
+def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while() -> None:
+    # A write the group cannot quiesce after (node 3 is being probed) is told committed by
+    # an empty append; until node 2 answers it, a heartbeat would only ask what that answer
+    # will say. If the notice is lost, heartbeats resume one round later.
+    net = node_3_back_and_probed()
     net.take()  # (the probe to node 3, lost)
     net[1].propose(b"x")
     for m in net.take():
@@ -546,13 +553,7 @@ def test_no_heartbeat_to_a_follower_while_a_probe_is_unanswered() -> None:
     # A returning node is probed from its match at once. A heartbeat each round meanwhile
     # made each answer trigger another probe (with 10,000 groups catching a restarted node
     # up, that was a heartbeat and an empty append per group and round).
-    net = leader_net()
-    net.isolate(3)
-    net[1].report_node_down(3)
-    net[1].propose(b"written while 3 was away")
-    net.deliver()
-    net.heal()
-    assert net[1].report_node_up(3)
+    net = node_3_back_and_probed()
     probes = [m for m in net.take() if m.to == 3]
     assert [m.type for m in probes] == [MessageType.APPEND]
     silent = 0
