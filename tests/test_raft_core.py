@@ -513,6 +513,22 @@ def test_the_commit_waits_for_an_owed_answer_but_not_forever() -> None:
     assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
 
 
+def test_a_prompt_commit_group_tells_the_commit_without_waiting_for_the_slower_answer() -> None:
+    # The metadata group: every node serves reads of it, so node 2 learns a change committed
+    # at once, not after node 3's answer or the next heartbeat round.
+    net = leader_net(prompt_commit=True)
+    net.tick_all(2)
+    net[1].propose(b"x")
+    for m in net.take():
+        net[m.to].step(m)
+    answers = {m.frm: m for m in net.take()}
+    net[1].step(answers[2])
+    notices = net.take()
+    assert [(m.type, m.to, m.commit) for m in notices if m.to == 2] == [
+        (MessageType.APPEND, 2, net[1].commit)
+    ]
+
+
 def node_3_back_and_probed() -> Net:
     """Node 3 missed a write while reported down; reported up, the leader's probe to it is
     queued (not delivered)."""

@@ -1017,7 +1017,7 @@ class RaftNode:
                                     break
                 self._dirty.clear()
             c = self.commit
-            if c > self._bcast_commit and not self._answer_owed():
+            if c > self._bcast_commit and (self.cfg.prompt_commit or not self._answer_owed()):
                 self._bcast_commit = c
                 if self._can_quiesce():
                     self._bcast_heartbeat()  # it carries the commit and puts the group to sleep

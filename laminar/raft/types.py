@@ -136,6 +136,10 @@ class RaftConfig:
     max_uncommitted_bytes: int | None = None
     seed: int | None = None
     deliver_committed: bool = True
+    prompt_commit: bool = False
+    """Tell followers a new commit at once, even while another follower owes the answer to
+    the entries (by default the leader waits for it, then one heartbeat round announces the
+    commit and quiesces the group). For a group every node answers reads of."""
     # Last offset the application already applied (restart): delivery resumes after it.
     applied: int = -1
 
