@@ -33,7 +33,6 @@ from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.disk import DiskSpace
-from laminar.node.early_messages import EarlyMessages
 from laminar.node.handoff import hand_off_leadership
 from laminar.node.leader_reports import LeaderReports
 from laminar.node.metadata import (
@@ -137,8 +136,7 @@ class Node:
         self.calls.register("status", self._serve_status)
         amnesia, service, spawn = self.amnesia, self.metadata_service, self.spawn
         self.readmission = Readmission(self.node_id, amnesia, self.runtime, service.propose, spawn)
-        self.early_messages = EarlyMessages()
-        host = self._host
+        host = self.readmission.opened
         self.repair = ReplicaRepair(self.node_id, self.state, self.runtime, amnesia, host, spawn)
         self.identity = IdentityCheck(config, self.calls, self.peers, self.state, service)
         self.calls.register("knows", self.identity.serve_knows)
@@ -412,24 +410,11 @@ class Node:
             messages = self.amnesia.outgoing(messages)
         self.peers.send_raft(peer, messages)
 
-    def _host(self, replica: Replica, lost: bool) -> bool:
-        """Host an opened replica (see ``Readmission.opened``) and hand it the vote requests
-        that came before it opened (``early_messages.py``); returns whether it lost state."""
-        lost = self.readmission.opened(replica, lost)
-        for peer, message in self.early_messages.take(replica.group):
-            self._raft_received(peer, [(replica.group, message)])
-        return lost
-
     def _raft_received(self, peer: int, messages: list[tuple[int, Any]]) -> None:
         step = self.runtime.step
-        hosted = self.runtime.replicas
         amnesia = self.amnesia if self.amnesia.filtering else None
         disk = self.disk
         for group, message in messages:
-            if group not in hosted:
-                if group != METADATA_GROUP:
-                    self.early_messages.keep(group, peer, message)
-                continue
             if (
                 message.to == self.node_id
                 and message.frm == peer
@@ -459,7 +444,6 @@ class Node:
         while True:
             await asyncio.sleep(self.config.tick_ms / 1000)
             self.peers.check_liveness()
-            self.early_messages.expire()
 
     def live_nodes(self) -> list[int]:
         return sorted(self.placement.live())
@@ -643,7 +627,7 @@ class Node:
             broken = Broken(group, topic.name, partition, directory, log_config, opener, closed)
             self.repair.open_failed(broken, exc)
             return
-        lost = self._host(replica, lost)
+        lost = self.readmission.opened(replica, lost)
         if (
             replicas[0] == self.node_id
             and replica.raft.term == 0
