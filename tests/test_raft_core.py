@@ -479,7 +479,7 @@ def test_a_write_is_told_committed_by_the_round_that_quiesces_the_group() -> Non
     assert not [m for m in net.sent if m.type == MessageType.APPEND and not m.entries]
 
 
-def test_the_commit_waits_for_an_owed_answer_but_not_forever() -> None:
+def test_the_commit_waits_for_an_owed_answer_while_heartbeats_carry_it() -> None:
     # The first answer commits the write; node 3's answer is owed, so nothing is sent until
     # it comes (then one round tells both). If it does not come, node 2 learns the commit
     # from the next heartbeat round; node 3 is asked by heartbeats, and answers once back.
