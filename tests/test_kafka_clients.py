@@ -14,7 +14,7 @@ import struct
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -395,18 +395,42 @@ def test_confluent_admin_create_describe_delete(cluster: ClusterHandle) -> None:
     assert info.value.args[0].code() == confluent_kafka.KafkaError.TOPIC_EXCEPTION
 
 
+def listed_soon(list_topics: Callable[[], list[str]], name: str, listed: bool) -> bool:
+    """Whether ``name`` is (or is not) listed within a few seconds. A topic change is answered
+    once the node that served it applied it; a client then asks any node, which may apply it a
+    moment later (Kafka documents the same: brokers learn of it asynchronously)."""
+    deadline = time.monotonic() + 10
+    while (name in list_topics()) != listed:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def test_kafka_python_admin(cluster: ClusterHandle) -> None:
     admin = kafka_admin.KafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
     name = f"adm-{uuid.uuid4().hex[:8]}"
     try:
         admin.create_topics([kafka_admin.NewTopic(name, 2, 3)])
-        assert name in admin.list_topics()
+        assert listed_soon(admin.list_topics, name, True)
         admin.create_partitions({name: kafka_admin.NewPartitions(3)})
         wait_leaders(cluster, name, 3)
         admin.delete_topics([name])
-        assert name not in admin.list_topics()
+        assert listed_soon(admin.list_topics, name, False)
     finally:
         admin.close()
+
+
+async def listed_soon_async(
+    list_topics: Callable[[], Awaitable[list[str]]], name: str, listed: bool
+) -> bool:
+    """``listed_soon`` for an asyncio client."""
+    deadline = time.monotonic() + 10
+    while (name in await list_topics()) != listed:
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
 
 
 def test_aiokafka_admin(cluster: ClusterHandle) -> None:
@@ -419,9 +443,9 @@ def test_aiokafka_admin(cluster: ClusterHandle) -> None:
         await admin.start()
         try:
             await admin.create_topics([NewTopic(name, 2, 3)])
-            assert name in await admin.list_topics()
+            assert await listed_soon_async(admin.list_topics, name, True)
             await admin.delete_topics([name])
-            assert name not in await admin.list_topics()
+            assert await listed_soon_async(admin.list_topics, name, False)
         finally:
             await admin.close()
 
