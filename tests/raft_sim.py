@@ -138,6 +138,7 @@ class Sim:
         self.pre_vote = r.random() < 0.8
         self.check_quorum = r.random() < 0.8
         self.rest_restarts = r.random() < 0.5
+        self.prompt_commit = r.random() < 0.3  # (the metadata group's commit notices)
         self.faults = True
         self.clients = True
         conf = ConfState(tuple(range(1, self.n_voters + 1)))
@@ -163,6 +164,7 @@ class Sim:
             heartbeat_tick=1,
             pre_vote=self.pre_vote,
             check_quorum=self.check_quorum,
+            prompt_commit=self.prompt_commit,
             seed=self.rng.randrange(1 << 30),
             max_inflight_msgs=self.rng.choice((1, 4, 64)),
             max_msg_bytes=self.rng.choice((64, 4096)),
