@@ -265,6 +265,10 @@ class Sim:
                 self.fail("has_ready() never settles")
             rd = node.ready()
             if rd.reset is not None:
+                # Ready's contract, as the node runtime keeps it: the state file holds the
+                # configuration the reset log no longer does before the reset is durable.
+                disk.save_state(rd.hard_state, rd.conf_state)
+                disk.sync_state()
                 disk.reset(*rd.reset)
                 h.next_apply = rd.reset[0]
                 self.stats["resets"] += 1

@@ -119,6 +119,11 @@ class SimDisk:
         """Something was written since the last fsync."""
         return bool(self.ops) or self.hs is not self.durable_hs
 
+    def sync_state(self) -> None:
+        """Make the state file durable on its own (before a reset)."""
+        self.durable_hs = self.hs
+        self.durable_conf = self.conf
+
     def fsync(self) -> None:
         _apply(self.durable, self.ops)
         self.ops = []

@@ -855,3 +855,54 @@ def test_a_resting_replica_no_leader_calls_campaigns_once_woken() -> None:
         net.tick(1)
         net.deliver()
     assert net[1].role == Role.LEADER and net[1].pre_votes >= 1
+
+
+def test_an_asleep_follower_gets_no_heartbeats_while_a_returning_node_catches_up() -> None:
+    # Node 2 answered the quiescing round asleep. While node 3 returns and is caught up the
+    # leader ticks, but sends 2 nothing (2 does not tick: nothing to keep from campaigning),
+    # and the answer that brings 3 level puts the group back to sleep without waiting a tick.
+    net = leader_net()
+    net.isolate(3)
+    net[1].propose(b"written while 3 was away")
+    net.deliver()
+    node = _restarted_resting(net, 3)
+    assert net[2].quiesced
+    assert net[1].report_node_up(3)
+    probe = net.take()
+    assert [(m.type, m.to) for m in probe] == [(MessageType.APPEND, 3)]
+    net.tick(1, 3)  # node 3's answer is slow
+    assert not [m for m in net.take() if m.to == 2]
+    for m in probe:
+        node.step(m)
+    for m in net.take():
+        net[m.to].step(m)  # 3's answer: 3 is level
+    round_ = net.take()
+    assert [(m.type, m.to, m.quiesce) for m in round_] == [(MessageType.HEARTBEAT, 3, True)]
+    for m in round_:
+        net[m.to].step(m)
+    net.deliver()
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    assert node.commit == net[1].commit == net[2].commit
+
+
+def test_an_asleep_follower_woken_by_its_own_node_is_heartbeated_again() -> None:
+    # The leader counts node 2 asleep, but 2 woke for its own reasons (its node restarted
+    # the group's timer). Its first campaign message wakes the leader, which heartbeats it
+    # again instead of letting it campaign on. The pre-vote also woke node 3, which tells
+    # the leader so at once: 3 never times out and campaigns in turn. Nobody's term moves.
+    net = leader_net()
+    net.tick_all(2)
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    term = net[1].term
+    net.sent.clear()
+    net[2].wake()
+    for _ in range(3 * ET):  # (as a node's runtime does: only awake replicas tick)
+        for n in (1, 2, 3):
+            if not net[n].quiesced:
+                net.tick(n)
+        net.deliver()
+    assert net[1].role == Role.LEADER and net[2].leader_id == 1
+    assert all(net[n].term == term for n in (1, 2, 3))
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    campaigners = {m.frm for m in net.sent if m.type == MessageType.PRE_VOTE}
+    assert campaigners == {2}

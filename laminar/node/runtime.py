@@ -223,7 +223,7 @@ class MultiRaft:
             conf = raft.conf
             if node_id in conf.voters or node_id in conf.learners:
                 orphaned = raft.leader_id in (node_id, 0)
-                asleep = raft.quiesced  # (the report wakes the core: a tick or message decides)
+                asleep = raft.quiesced  # (before the report, which wakes an orphan)
                 live = sorted(v for v in conf.voters if v not in down)
                 first = bool(live) and live[replica.group % len(live)] == self.node_id
                 raft.report_node_down(node_id, first=first)

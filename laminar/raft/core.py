@@ -161,6 +161,7 @@ class RaftNode:
         self._dirty: set[int] = set()
         self._dirty_all = False
         self._bcast_commit = -1
+        self._quiesce_check = False  # an answer brought a follower level: quiesce now?
         self._uncommitted: deque[tuple[int, int]] = deque()
         self._uncommitted_bytes = 0
         # Read index.
@@ -453,7 +454,13 @@ class RaftNode:
         (Skipping rounds to a follower that has everything failed the simulation: one lost
         heartbeat then let its election timer run out.) A node reported down gets none: its
         window was full, so every round heartbeated it, a third of the messages of a
-        survivor's thousands of new leaders after a node died."""
+        survivor's thousands of new leaders after a node died. A follower that answered the
+        last quiescing heartbeat asleep (``Progress.asleep``) gets one heartbeat per quorum
+        check only, a quiescing one, while the leader ticks for another member: a restarted
+        node's leaders otherwise woke each group's up-to-date follower and heartbeated it
+        every round until the restarted node had answered (two thirds of the messages of its
+        catching up). Should the follower wake for its own reasons, its first campaign
+        message wakes the leader and is heartbeated again at once."""
         self._hb_seq += 1
         seq = self._hb_seq
         quiesce = self._can_quiesce()
@@ -462,9 +469,15 @@ class RaftNode:
         wait = self._answer_wait_rounds
         ctx = self._read_seq.to_bytes(8, "big") if self._reads else b""
         down = self._down
+        calm = not (self._reads or self._reads_waiting or self.transferee)
+        commit = self.commit
         for nid, pr in self.prs.items():
             if nid != self.id:
                 if nid in down:
+                    continue
+                if calm and pr.asleep and pr.commit >= min(pr.match, commit):
+                    if not pr.recent_active:  # once per quorum check: is it still there?
+                        self._send_heartbeat(nid, pr, True)  # (keeps it asleep)
                     continue
                 if pr.match < last:
                     window = wait
@@ -480,6 +493,10 @@ class RaftNode:
 
     def _send_heartbeat(self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"") -> None:
         pr.sent_round = self._hb_seq
+        if quiesce:
+            pr.quiesce_round = self._hb_seq
+        else:
+            pr.woken()
         self._send(
             Message(
                 HEARTBEAT,
@@ -535,7 +552,9 @@ class RaftNode:
         return res
 
     def report_node_down(self, node_id: int, *, first: bool | None = None) -> None:
-        """The peer-liveness layer saw ``node_id`` die: wake up, and elect soon if it led us.
+        """The peer-liveness layer saw ``node_id`` die: a follower it led (or that knows no
+        leader) wakes up, and elects soon. A quiet group with a live leader stays asleep:
+        nothing changes for it.
 
         Until ``report_node_up(node_id)``, a leader neither heartbeats that node nor waits for
         it to quiesce, and a follower does not let it quiesce the group (a heartbeat still in
@@ -548,7 +567,11 @@ class RaftNode:
         once, split votes and their randomized retries made the tail of a failover). None:
         no pick, every survivor campaigns within one election timeout.
         """
-        self._quiesced = False
+        if self.role != LEADER and self.lead in (0, node_id):
+            self._quiesced = False
+        pr = self.prs.get(node_id)
+        if pr is not None:
+            pr.woken()
         self._down.add(node_id)
         if self.role != LEADER and node_id == self.lead:
             self.lead = 0
@@ -573,6 +596,7 @@ class RaftNode:
         pr = self.prs.get(node_id)
         if pr is not None:  # what was sent to it while it was away is lost: ask at once
             pr.sent_round = NEVER
+            pr.woken()
         was_down = node_id in self._down
         self._down.discard(node_id)
         if self.role == LEADER:
@@ -626,7 +650,12 @@ class RaftNode:
     def _step(self, m: Message) -> None:
         t = m.type
         if t not in _LIVENESS_TYPES:
+            if self._quiesced and self.role == FOLLOWER and self.lead not in (0, m.frm):
+                self._tell_leader_awake()
             self._quiesced = False
+            pr = self.prs.get(m.frm)
+            if pr is not None:
+                pr.woken()  # (it is awake: heartbeat it again)
         if m.term > self.term:
             if t in (VOTE, PRE_VOTE):
                 force = m.context == TRANSFER_CTX
@@ -672,6 +701,24 @@ class RaftNode:
             self._step_follower(m)
         else:
             self._step_candidate(m)
+
+    def _tell_leader_awake(self) -> None:
+        """Woken asleep by another node (a pre-vote: its lease, which refuses the pre-vote,
+        runs out only while it ticks, should its leader be gone unreported), it tells the
+        leader, which counts it asleep and sends it no heartbeats (``_bcast_heartbeat``):
+        a flagged heartbeat answer, which a quiet leader answers with a quiescing heartbeat.
+        Without it, each woken follower timed out and pre-voted in turn, waking the next."""
+        self._send(
+            Message(
+                HEARTBEAT_RESP,
+                self.lead,
+                self.id,
+                self.term,
+                index=self._hb_seen,
+                commit=self.commit,
+                reject=True,
+            )
+        )
 
     def _handle_vote(self, m: Message) -> None:
         t = m.type
@@ -807,7 +854,14 @@ class RaftNode:
             self._quiesced = m.quiesce and m.frm not in self._down
         self._send(
             Message(
-                HEARTBEAT_RESP, m.frm, self.id, self.term, context=m.context, commit=self.commit
+                HEARTBEAT_RESP,
+                m.frm,
+                self.id,
+                self.term,
+                index=m.index,
+                context=m.context,
+                commit=self.commit,
+                quiesce=self._quiesced,
             )
         )
 
@@ -868,6 +922,15 @@ class RaftNode:
         elif t == HEARTBEAT_RESP:
             pr.recent_active = True
             pr.probe_sent = False
+            if m.reject:  # it woke for another node's message (``_tell_leader_awake``)
+                pr.woken()
+                if self._quiesced:
+                    self._send_heartbeat(m.frm, pr, True)
+            elif m.index >= pr.quiesce_round > 0:  # the answer to the latest quiescing round
+                if m.quiesce:
+                    pr.asleep = True
+                else:
+                    pr.woken()
             if pr.state == REPLICATE and pr.inflights.full():
                 # An append may have been lost: let one more through so the follower can
                 # reject it and we fall back to probing.
@@ -897,6 +960,8 @@ class RaftNode:
             self._handle_reject(m, pr)
             return
         if pr.maybe_update(m.index):
+            if m.index == last:
+                self._quiesce_check = True
             if pr.state == PROBE:
                 pr.become_replicate()
             elif pr.state == REPLICATE:
@@ -906,6 +971,7 @@ class RaftNode:
             if not pr.learner:
                 self._maybe_commit()
             if m.frm == self.transferee and pr.match == last:
+                pr.woken()
                 self._send(Message(TIMEOUT_NOW, m.frm, self.id, self.term))
         elif pr.state == RESET and m.index >= pr.reset_index:
             pr.become_probe()
@@ -971,6 +1037,7 @@ class RaftNode:
             pr.probe_sent = True
         pr.sent_commit = self.commit
         pr.sent_round = self._hb_seq
+        pr.woken()
         self.msgs.append(
             Message(APPEND, to, self.id, self.term, prev_term, nxt - 1, ents, self.commit)
         )
@@ -995,6 +1062,7 @@ class RaftNode:
             )
         )
         pr.become_reset(first - 1)
+        pr.woken()
         return True
 
     def _flush(self) -> None:
@@ -1017,6 +1085,7 @@ class RaftNode:
                                     break
                 self._dirty.clear()
             c = self.commit
+            check, self._quiesce_check = self._quiesce_check, False
             if c > self._bcast_commit and (self.cfg.prompt_commit or not self._answer_owed()):
                 self._bcast_commit = c
                 if self._can_quiesce():
@@ -1025,6 +1094,10 @@ class RaftNode:
                     for nid, pr in prs.items():
                         if nid != me and pr.sent_commit < c and pr.commit < c:
                             self._send_append(nid, pr, True)
+            elif check and not self._quiesced and self._can_quiesce():
+                # A follower caught up on committed entries (a returning node): put the group
+                # to sleep now rather than at the next tick's round.
+                self._bcast_heartbeat()
         if self._pending_ack is not None:
             self._flush_ack()
 
@@ -1111,6 +1184,7 @@ class RaftNode:
         self.election_elapsed = 0
         pr = self.prs[target]
         if pr.match == self.log.last_index():
+            pr.woken()
             self._send(Message(TIMEOUT_NOW, target, self.id, self.term))
         else:
             self._dirty.add(target)

@@ -57,12 +57,14 @@ class Progress:
     """Leader-side state of one replica (voter or learner)."""
 
     __slots__ = (
+        "asleep",
         "commit",
         "inflights",
         "learner",
         "match",
         "next",
         "probe_sent",
+        "quiesce_round",
         "recent_active",
         "reset_index",
         "sent_commit",
@@ -86,6 +88,17 @@ class Progress:
         """The leader's heartbeat round in which it last sent this replica an append or a
         heartbeat (see ``RaftNode._bcast_heartbeat``)."""
         self.inflights = Inflights(max_msgs, max_bytes)
+        self.quiesce_round = 0
+        """The round of the quiescing heartbeat last sent, while nothing was sent since (0)."""
+        self.asleep = False
+        """The replica answered that quiescing heartbeat asleep, and has been sent nothing and
+        has sent nothing but heartbeat answers since: it does not tick, so it needs no
+        heartbeats (see ``RaftNode._bcast_heartbeat``)."""
+
+    def woken(self) -> None:
+        """Something other than a quiescing heartbeat went to or came from the replica."""
+        self.asleep = False
+        self.quiesce_round = 0
 
     def become_probe(self) -> None:
         # After a reset, probing restarts right above the reset point.
