@@ -5,10 +5,16 @@ A producer's batch is mostly long runs of records that share one layout: the sam
 same varint widths, the same key and value lengths, no headers. The layout changes only where
 a varint grows (offset delta 64, a timestamp delta past 63 ms, ...). Each field of a run is a
 strided numpy view of the fetched buffer, one element per record, so the run's offsets,
-timestamps and values come from a few vectorised operations whatever its length. A batch that
-does not split into long runs
-(values of many sizes, headers) is decoded by the log's own record parser,
-``laminar.segment.batch.decode_into``, which the client library uses too.
+timestamps and values come from a few vectorised operations whatever its length.
+
+A batch that does not split into long runs (keys and values of many sizes, headers) is
+"scattered": a Python loop reads only each record's length varint, to find where the records
+start, and the batch waits with the following scattered batches of the fetch. numpy then reads
+every field of all their records at once (a varint column at a time), checks that each record's
+fields fill exactly its length, and one Arrow ``take`` copies the keys, values and headers
+into the columns. Anything that does not add up sends those batches to the log's own record parser,
+``laminar.segment.batch.decode_into`` (which the client library uses too), so a defective batch
+is named by the same error as before; a handful of records goes there directly.
 
 The batch layout is in docs/FORMAT.md: a 68-byte header, then Kafka-v2-style records. A
 compressed batch is first inflated into an uncompressed copy (``batch.decompressed``), which
@@ -18,6 +24,7 @@ then takes the same paths.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -38,9 +45,22 @@ from laminar.segment.batch import (
 )
 from spark_source.schema import TIMESTAMP_TYPE_CREATE_TIME
 
+MIN_SCATTERED = 100
+"""Fewer scattered records than this (in one group of consecutive batches) go to the record
+parser: the vectorised decode costs some 0.35 ms (about 100 numpy and Arrow calls) whatever
+the number of records, the parser some 4 us per record with headers (measured here)."""
+
+MAX_SCATTERED_HEADERS = 64
+"""A group with a record of more headers goes to the parser (headers are read one index at a
+time over all records, which pays only for a few per record)."""
+
+_SAFE = 1 << 62
+"""Base offsets, first timestamps and deltas within this magnitude add up without overflowing
+int64; anything larger is left to the parser (whose Python ints then decide)."""
+
 MIN_RUN = 16
-"""Fewer records than this in a run (other than a batch's last) send the batch to the record
-parser: the vectorised path costs about as much per run as the parser does per record."""
+"""Fewer records than this in a run (other than a batch's last) make the batch a scattered
+one: the run path costs about as much per run as the parser does per record."""
 
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 _U7 = np.uint64(0x7F)
@@ -265,13 +285,17 @@ def _split_runs(buf: memoryview, position: int, h: BatchHeader, known: list[_Lay
     return runs if p == limit else []
 
 
+_Piece = tuple[int, int | None, np.ndarray | list[bytes | None] | pa.Array | None]
+
+
 class _Binary:
     """A binary column assembled from pieces in row order, each value copied once."""
 
     def __init__(self) -> None:
         # (rows, width, values): ``rows`` values of ``width`` bytes (-1: nulls) in a strided
-        # "S<width>" view (None if width < 1), or width None and a list of values
-        self._pieces: list[tuple[int, int | None, np.ndarray | list[bytes | None] | None]] = []
+        # "S<width>" view (None if width < 1), or width None and a list of values, or width
+        # None and a binary Arrow array (a scattered group's, already a copy)
+        self._pieces: list[_Piece] = []
 
     def add_run(self, rows: int, width: int, values: np.ndarray | None) -> None:
         self._pieces.append((rows, width, values))
@@ -279,19 +303,28 @@ class _Binary:
     def add_list(self, values: list[bytes | None]) -> None:
         self._pieces.append((len(values), None, values))
 
+    def add_array(self, values: pa.Array) -> None:
+        self._pieces.append((len(values), None, values))
+
     def array(self) -> pa.Array:
         """The column, built in buffers from Arrow's pool (fresh memory faults per page)."""
         pieces = self._pieces
+        if len(pieces) == 1 and isinstance(pieces[0][2], pa.Array):
+            return pieces[0][2]  # one scattered group: its gathered column as it is
         n = sum(rows for rows, _, _ in pieces)
         if all(width == -1 for _, width, _ in pieces):
             return pa.nulls(n, pa.binary())
         sizes = [
-            [0 if v is None else len(v) for v in values] if width is None else None
-            for _, width, values in pieces
+            [0 if v is None else len(v) for v in values] if isinstance(values, list) else None
+            for _, _, values in pieces
         ]
         total = sum(
-            sum(listed) if listed is not None else rows * max(width or 0, 0)
-            for (rows, width, _), listed in zip(pieces, sizes, strict=True)
+            sum(listed)
+            if listed is not None
+            else _byte_count(values)
+            if isinstance(values, pa.Array)
+            else rows * max(width or 0, 0)
+            for (rows, width, values), listed in zip(pieces, sizes, strict=True)
         )
         if total >= 2**31:
             raise ValueError(f"{total} bytes of keys or values do not fit one Arrow batch")
@@ -305,7 +338,13 @@ class _Binary:
         for (rows, width, values), listed in zip(pieces, sizes, strict=True):
             start = int(offsets[r])
             ends = offsets[r + 1 : r + rows + 1]
-            if listed is not None:  # a parsed batch's values, one by one
+            if isinstance(values, pa.Array):  # a scattered group's column: its bytes at once
+                offsets_in, data_in = _offsets_and_data(values)
+                np.subtract(offsets_in[1:], offsets_in[0] - start, out=ends)
+                data[start : ends[-1]] = data_in[offsets_in[0] : offsets_in[-1]]
+                if valid is not None and values.null_count:
+                    valid[r : r + rows] = values.is_valid().to_numpy(zero_copy_only=False)
+            elif listed is not None:  # a parsed batch's values, one by one
                 assert isinstance(values, list)
                 np.cumsum(listed, out=ends)
                 ends += start
@@ -325,9 +364,23 @@ class _Binary:
         return pa.Array.from_buffers(pa.binary(), n, [bitmap, offsets_buffer, buffer])
 
 
-def _has_nulls(piece: tuple[int, int | None, np.ndarray | list[bytes | None] | None]) -> bool:
+def _has_nulls(piece: _Piece) -> bool:
     _, width, values = piece
+    if isinstance(values, pa.Array):
+        return values.null_count > 0
     return width == -1 or (width is None and None in values)  # type: ignore[operator]
+
+
+def _offsets_and_data(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """The int32 offsets (one more than rows) and the data bytes of a binary array."""
+    _, offsets, data = values.buffers()
+    starts = np.frombuffer(offsets, np.int32, len(values) + 1, 4 * values.offset)
+    return starts, np.frombuffer(data, np.uint8) if data is not None else np.empty(0, np.uint8)
+
+
+def _byte_count(values: pa.Array) -> int:
+    starts, _ = _offsets_and_data(values)
+    return int(starts[-1] - starts[0])
 
 
 _ramps = np.arange(1, 1 << 16, dtype=np.int32)
@@ -341,15 +394,356 @@ def _ramp(count: int) -> np.ndarray:
     return _ramps[:count]
 
 
+class _Decoded(NamedTuple):
+    """The columns of a group of scattered batches."""
+
+    offsets: np.ndarray
+    millis: np.ndarray
+    keys: pa.Array
+    values: pa.Array
+    headers: pa.Array | None
+
+
+class _Scattered:
+    """Consecutive scattered batches of one buffer, waiting to be decoded together: numpy's
+    cost per call is then paid once per fetch rather than once per batch."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view = view
+        self.batches: list[tuple[int, BatchHeader]] = []
+        self.starts = array("q")  # where each record (its length varint) starts
+
+    def add(self, columns: _Columns, position: int, h: BatchHeader) -> None:
+        """Walk the batch's records by their lengths; a batch whose walk does not end exactly
+        at its end (or whose numbers are huge) goes to the parser, after those waiting."""
+        end = position + h.batch_length
+        mark = len(self.starts)
+        walked = -1
+        for walk in (_walk, _walk_long):
+            try:
+                walked = walk(self.view, position + HEADER_SIZE, h.record_count, self.starts)
+            except (IndexError, OverflowError, CorruptBatchError):  # lengths gone wild
+                walked = -1
+            if walked == end:
+                break
+            del self.starts[mark:]
+        if walked != end or abs(h.base_offset) >= _SAFE or abs(h.first_timestamp) >= _SAFE:
+            del self.starts[mark:]
+            self.flush(columns)
+            columns.add_parsed(bytes(self.view[position:end]), h)
+        else:
+            self.batches.append((position, h))
+
+    def flush(self, columns: _Columns) -> None:
+        """Decode the waiting batches into ``columns``: vectorised, or (too few records, or
+        anything amiss) one by one by the parser, which names the first defect."""
+        if not self.batches:
+            return
+        batches, self.batches = self.batches, []
+        starts, self.starts = self.starts, array("q")
+        decoded = None
+        if len(starts) >= MIN_SCATTERED:
+            kind = columns.headers.kind if columns.headers is not None else None
+            decoded = _decode_scattered(self.view, batches, starts, kind)
+        if decoded is not None:
+            columns.add_scattered(decoded)
+            return
+        for position, h in batches:
+            columns.add_parsed(bytes(self.view[position : position + h.batch_length]), h)
+
+
+def _step_table() -> list[int]:
+    """For the two bytes at a record's start, read as a little-endian int: how far its next
+    record starts (its length varint's width plus its length), 0 for a longer varint."""
+    word = np.arange(1 << 16)
+    low, high = word & 0xFF, word >> 8
+    two = (low & 0x7F) | (high << 7)
+    step = np.where(low < 0x80, 1 + ((low >> 1) ^ -(low & 1)), 2 + ((two >> 1) ^ -(two & 1)))
+    step[(low >= 0x80) & (high >= 0x80)] = 0
+    return step.tolist()
+
+
+_STEPS = _step_table()
+
+
+def _walk(buf: memoryview, p: int, count: int, starts: array[int]) -> int:
+    """Append where each of ``count`` records starts, from ``p`` on, stepping over each by its
+    length varint; return where the last one ends (wrong if a record is 8 KiB or more: then
+    ``_walk_long`` walks it). Nothing else is checked here: the numpy decode checks every
+    record against its length and its successor."""
+    add = starts.append
+    steps = _STEPS
+    for _ in range(count):
+        add(p)
+        p += steps[buf[p] | (buf[p + 1] << 8)]
+    return p
+
+
+def _walk_long(buf: memoryview, p: int, count: int, starts: array[int]) -> int:
+    """``_walk`` for length varints of any width."""
+    add = starts.append
+    for _ in range(count):
+        add(p)
+        b = buf[p]
+        if b < 0x80:
+            p += 1 + ((b >> 1) ^ -(b & 1))
+        elif (c := buf[p + 1]) < 0x80:  # 64 to 8191 bytes: most records
+            b = (b & 0x7F) | (c << 7)
+            p += 2 + ((b >> 1) ^ -(b & 1))
+        else:
+            length, p = varint.decode(buf, p, len(buf))
+            p += length
+    return p
+
+
+def _pair_table() -> np.ndarray:
+    """The value of the zigzag varint starting with each two bytes (read as a little-endian
+    int): one byte if the first is below 0x80, else two (garbage if both are 0x80 or more)."""
+    word = np.arange(1 << 16, dtype=np.int64)
+    low = word & 0xFF
+    raw = np.where(low < 0x80, low, (low & 0x7F) | ((word >> 8) & 0x7F) << 7)
+    return (raw >> 1) ^ -(raw & 1)
+
+
+_PAIRS = _pair_table()
+
+
+def _varints(data: np.ndarray, at: np.ndarray, stop: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The zigzag varint at each position of ``at`` (int64) and the position after it; raises
+    _Amiss if one does not end before its ``stop`` or is longer than 10 bytes."""
+    if not (at < stop).all():
+        raise _Amiss
+    first = data[at]
+    wide = first >= 0x80
+    if not wide.any():  # one byte each (lengths below 64, small deltas)
+        return _TABLES[1].take(first & 0x7F), at + 1
+    second = data.take(at + 1, mode="clip")  # garbage where unused, or past the buffer
+    value = _PAIRS.take(first | (second.astype(np.uint16) << 8))
+    after = at + 1 + wide
+    if not (after <= stop).all():
+        raise _Amiss
+    longer = np.flatnonzero(wide & (second >= 0x80))
+    if longer.size:  # three bytes or more (records of 8 KiB and up): byte by byte
+        value[longer], after[longer] = _long_varints(data, at[longer], stop[longer])
+    return value, after
+
+
+def _long_varints(
+    data: np.ndarray, at: np.ndarray, stop: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_varints`` for varints of any width, one byte position at a time."""
+    first = data[at]
+    raw = (first & 0x7F).astype(np.uint64)
+    after = at + 1
+    more = np.flatnonzero(first >= 0x80)
+    shift = 7
+    while more.size:
+        if shift > 63:
+            raise _Amiss
+        here = after[more]
+        if not (here < stop[more]).all():
+            raise _Amiss
+        byte = data[here]
+        raw[more] |= (byte & 0x7F).astype(np.uint64) << np.uint64(shift)
+        after[more] = here + 1
+        more = more[byte >= 0x80]
+        shift += 7
+    return (raw >> _U1).view(np.int64) ^ -(raw & _U1).view(np.int64), after
+
+
+class _Amiss(Exception):
+    """Something in a scattered group does not add up: the parser decodes it instead."""
+
+
+def _field(
+    data: np.ndarray, at: np.ndarray, stop: np.ndarray, nullable: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A length-prefixed field at each of ``at``: (its start, its length, the position after
+    it); length -1 is null (if ``nullable``), and the field must end by ``stop``."""
+    length, begin = _varints(data, at, stop)
+    if not ((length >= (-1 if nullable else 0)) & (length <= stop - begin)).all():
+        raise _Amiss
+    return begin, length, begin + np.maximum(length, 0)
+
+
+def _decode_scattered(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    starts: array[int],
+    kind: pa.ListType | None,
+) -> _Decoded | None:
+    """Every record of ``batches`` decoded at once (headers as ``kind``; None: not wanted),
+    or None if anything does not add up."""
+    try:
+        return _decode_group(view, batches, starts, kind)
+    except _Amiss:
+        return None
+
+
+def _decode_group(
+    view: memoryview,
+    batches: list[tuple[int, BatchHeader]],
+    starts: array[int],
+    kind: pa.ListType | None,
+) -> _Decoded:
+    data = np.frombuffer(view, np.uint8)
+    at = np.frombuffer(starts, np.int64)  # a view: nothing appends to ``starts`` any more
+    counts = [h.record_count for _, h in batches]
+    ends = np.array([position + h.batch_length for position, h in batches], np.int64)
+    batch_end = np.repeat(ends, counts)
+    # The walk's positions must lie in their batches (so reading them is safe) ...
+    firsts = np.array([position + HEADER_SIZE for position, _ in batches], np.int64)
+    if not ((at >= np.repeat(firsts, counts)) & (at < batch_end)).all():
+        raise _Amiss
+    length, body = _varints(data, at, batch_end)
+    stop = body + length
+    # ... and each record must end where the next one starts (the last: at its batch's end).
+    following = np.empty_like(at)
+    following[:-1] = at[1:]
+    following[np.cumsum(counts) - 1] = ends
+    if not ((length >= MIN_RECORD_SIZE - 1) & (stop == following)).all():
+        raise _Amiss
+    millis, p = _varints(data, body + 1, stop)  # after the attributes byte
+    offsets, p = _varints(data, p, stop)
+    if not ((np.abs(millis) < _SAFE) & (np.abs(offsets) < _SAFE)).all():
+        raise _Amiss
+    millis += np.repeat(np.array([h.first_timestamp for _, h in batches], np.int64), counts)
+    offsets += np.repeat(np.array([h.base_offset for _, h in batches], np.int64), counts)
+    if offsets.min() < -1:
+        raise _Amiss  # the parser leaves such records out (below its from_offset, -1)
+    key_at, key_length, p = _field(data, p, stop, True)
+    value_at, value_length, p = _field(data, p, stop, True)
+    header_count, p = _varints(data, p, stop)
+    if not ((header_count >= 0) & (header_count <= (stop - p) // 2)).all():
+        raise _Amiss  # a header takes 2 bytes at least
+    most = int(header_count.max())
+    if most > MAX_SCATTERED_HEADERS:
+        raise _Amiss
+    total = int(header_count.sum())
+    name_at = np.empty(total, np.int64)
+    name_length = np.empty(total, np.int64)
+    header_at = np.empty(total, np.int64)
+    header_length = np.empty(total, np.int64)
+    first_header = np.cumsum(header_count) - header_count
+    rows = np.flatnonzero(header_count)
+    for index in range(most):  # the index-th header of every record that has that many
+        if index:
+            rows = rows[header_count[rows] > index]
+        slot = first_header[rows] + index
+        name_at[slot], name_length[slot], q = _field(data, p[rows], stop[rows], False)
+        header_at[slot], header_length[slot], p[rows] = _field(data, q, stop[rows], True)
+    if not (p == stop).all():
+        raise _Amiss
+    # The fields in buffer order are each record's key, value, then its headers' names and
+    # values: the rank of each, where the record's fields begin plus its place among them.
+    record_rank = 2 * (np.arange(len(starts)) + first_header)
+    header_rank = 2 * (np.repeat(np.arange(len(starts)), header_count) + np.arange(total)) + 2
+    fields = [
+        (record_rank, key_at, key_length),
+        (record_rank + 1, value_at, value_length),
+        (header_rank, name_at, name_length),
+    ]
+    if kind is not None:
+        fields.append((header_rank + 1, header_at, header_length))
+    keys, values, names, *header_values = _gather(data, fields, 2 * (len(starts) + total))
+    try:
+        names = names.cast(pa.string())  # checks UTF-8, as the parser's decode() does
+    except pa.ArrowInvalid:
+        raise _Amiss from None
+    headers = None
+    if kind is not None:
+        header_offsets = np.zeros(len(starts) + 1, np.int32)
+        np.cumsum(header_count, out=header_offsets[1:])
+        pairs = pa.StructArray.from_arrays([names, header_values[0]], fields=list(kind.value_type))
+        headers = pa.ListArray.from_arrays(pa.array(header_offsets), pairs, type=kind)
+    return _Decoded(offsets, millis, keys, values, headers)
+
+
+def _gather(
+    data: np.ndarray, fields: list[tuple[np.ndarray, np.ndarray, np.ndarray]], ranks: int
+) -> list[pa.Array]:
+    """Binary columns of byte ranges of ``data``, each field given as (rank, start, length;
+    -1 null), where rank numbers all ``ranks`` ranges in buffer order (they never overlap).
+
+    The ranges and the gaps between them cut ``data`` into the elements of one binary array
+    (a view: element 2k+1 is the range of rank k), from which one ``take`` copies every
+    field's ranges into one new buffer that the columns share."""
+    if len(data) >= 2**31:
+        raise _Amiss  # beyond int32 offsets
+    bounds = np.empty(2 * ranks + 2, np.int32)
+    bounds[0], bounds[-1] = 0, len(data)
+    for rank, at, length in fields:
+        bounds[2 * rank + 1] = at
+        bounds[2 * rank + 2] = at + np.maximum(length, 0)
+    pieces = pa.Array.from_buffers(
+        pa.binary(), 2 * ranks + 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+    )
+    taken = pieces.take(pa.array(np.concatenate([2 * rank + 1 for rank, _, _ in fields])))
+    _, offsets, copied = taken.buffers()
+    source = pieces.buffers()[2].address
+    if copied is not None and source <= copied.address < source + len(data):
+        copied = pa.py_buffer(np.frombuffer(copied, np.uint8).copy())  # never the fetch buffer
+    columns = []
+    first = 0
+    for _, _, length in fields:
+        rows = len(length)
+        nulls = length < 0
+        valid = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+        ends = offsets.slice(4 * first, 4 * (rows + 1))
+        columns.append(pa.Array.from_buffers(pa.binary(), rows, [valid, ends, copied]))
+        first += rows
+    return columns
+
+
+class _Headers:
+    """The headers column assembled from pieces in row order: a run's rows have none, a
+    parsed batch's are Python lists, a scattered group's an Arrow array already."""
+
+    def __init__(self, kind: pa.ListType) -> None:
+        self.kind = kind
+        self._pieces: list[int | list[list[tuple[str, bytes | None]]] | pa.Array] = []
+
+    def add_empty(self, rows: int) -> None:
+        if self._pieces and isinstance(self._pieces[-1], int):
+            self._pieces[-1] += rows
+        else:
+            self._pieces.append(rows)
+
+    def add_lists(self, lists: list[list[tuple[str, bytes | None]]]) -> None:
+        self._pieces.append(lists)
+
+    def add_array(self, headers: pa.Array) -> None:
+        self._pieces.append(headers)
+
+    def array(self) -> pa.Array:
+        arrays = [
+            piece
+            if isinstance(piece, pa.Array)
+            else _no_headers(self.kind, piece)
+            if isinstance(piece, int)
+            else pa.array(piece, self.kind)
+            for piece in self._pieces
+        ]
+        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _no_headers(kind: pa.ListType, rows: int) -> pa.Array:
+    """``rows`` empty header lists."""
+    empty = pa.StructArray.from_arrays(
+        [pa.array([], field.type) for field in kind.value_type], fields=list(kind.value_type)
+    )
+    return pa.ListArray.from_arrays(pa.array(np.zeros(rows + 1, np.int32)), empty, type=kind)
+
+
 class _Columns:
     """The rows of one fetched chunk, as pieces in offset order."""
 
-    def __init__(self, with_headers: bool) -> None:
+    def __init__(self, headers: pa.ListType | None) -> None:
         self.offsets: list[np.ndarray] = []
         self.millis: list[np.ndarray] = []
         self.keys = _Binary()
         self.values = _Binary()
-        self.headers: list[list[tuple[str, bytes | None]]] | None = [] if with_headers else None
+        self.headers = _Headers(headers) if headers is not None else None
 
     def add_run(self, buf: memoryview, run: _Run, h: BatchHeader) -> None:
         layout = run.layout
@@ -366,7 +760,7 @@ class _Columns:
             values = run.column(buf, at, f"S{length}") if length > 0 else None
             column.add_run(run.count, length, values)
         if self.headers is not None:
-            self.headers.extend([] for _ in range(run.count))
+            self.headers.add_empty(run.count)
 
     def add_parsed(self, batch: bytes, h: BatchHeader) -> None:
         """A batch the vectorised path does not take: the record parser decodes it."""
@@ -378,7 +772,16 @@ class _Columns:
         self.keys.add_list(list(keys))
         self.values.add_list(list(values))
         if self.headers is not None:
-            self.headers.extend(list(pairs) for pairs in headers)
+            self.headers.add_lists([list(pairs) for pairs in headers])
+
+    def add_scattered(self, group: _Decoded) -> None:
+        self.offsets.append(group.offsets)
+        self.millis.append(group.millis)
+        self.keys.add_array(group.keys)
+        self.values.add_array(group.values)
+        if self.headers is not None:
+            assert group.headers is not None
+            self.headers.add_array(group.headers)
 
 
 def _as_tuple(
@@ -406,24 +809,34 @@ def decode_chunk(
     the Arrow schema Spark expects; headers are decoded only if it has a ``headers`` field.
     """
     view = memoryview(buf).cast("B")
-    columns = _Columns("headers" in schema.names)
+    columns = _Columns(schema.field("headers").type if "headers" in schema.names else None)
     known: list[_Layout] = []
     next_offset = start
-    for position, h in iter_whole_batches(view):
-        if h.last_offset < start:
+    waiting = _Scattered(view)
+    try:
+        for position, h in iter_whole_batches(view):
+            if h.last_offset < start:
+                next_offset = h.next_offset
+                continue
+            if h.base_offset >= end:
+                break
             next_offset = h.next_offset
-            continue
-        if h.base_offset >= end:
-            break
-        next_offset = h.next_offset
-        if is_control(h):
-            continue
-        if h.compression:
-            # Inflated (bounded) into a batch of its own, then decoded like any other.
-            plain, plain_header = decompressed(bytes(view[position : position + h.batch_length]), h)
-            _add_batch(columns, memoryview(plain), 0, plain_header, known)
-        else:
-            _add_batch(columns, view, position, h, known)
+            if is_control(h):
+                continue
+            if h.compression:
+                # Inflated (bounded) into a batch of its own, then decoded like any other.
+                waiting.flush(columns)
+                batch = bytes(view[position : position + h.batch_length])
+                plain, plain_header = decompressed(batch, h)
+                alone = _Scattered(memoryview(plain))
+                _add_batch(columns, alone.view, 0, plain_header, known, alone)
+                alone.flush(columns)
+            else:
+                _add_batch(columns, view, position, h, known, waiting)
+    except CorruptBatchError:
+        waiting.flush(columns)  # a defect of a batch before this one is named first, as ever
+        raise
+    waiting.flush(columns)
     if not columns.offsets:
         return DecodedChunk(None, next_offset)
     offsets_buffer = pa.allocate_buffer(8 * sum(len(piece) for piece in columns.offsets))
@@ -439,15 +852,22 @@ def decode_chunk(
 
 
 def _add_batch(
-    columns: _Columns, view: memoryview, position: int, h: BatchHeader, known: list[_Layout]
+    columns: _Columns,
+    view: memoryview,
+    position: int,
+    h: BatchHeader,
+    known: list[_Layout],
+    waiting: _Scattered,
 ) -> None:
-    """One uncompressed batch's records: as runs if it splits into long ones, else parsed."""
+    """One uncompressed batch's records: as runs if it splits into long ones, else scattered
+    (decoded with the batches after it, ``waiting``)."""
     runs = _split_runs(view, position, h, known)
     if runs:
+        waiting.flush(columns)
         for run in runs:
             columns.add_run(view, run, h)
     else:
-        columns.add_parsed(bytes(view[position : position + h.batch_length]), h)
+        waiting.add(columns, position, h)
 
 
 def _record_batch(
@@ -468,7 +888,7 @@ def _record_batch(
         _CONSTANTS.column(pa.int32(), TIMESTAMP_TYPE_CREATE_TIME, n),
     ]
     if columns.headers is not None:
-        arrays.append(pa.array(columns.headers, schema.field("headers").type))
+        arrays.append(columns.headers.array())
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 

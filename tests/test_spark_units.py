@@ -15,7 +15,9 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from laminar.errors import CorruptBatchError
+from laminar.segment import varint
 from laminar.segment.batch import build_batch, control_batch, decode_records, stamp
+from spark_source import decode as decode_module
 from spark_source import source as source_module
 from spark_source.cluster_io import Snapshot
 from spark_source.decode import decode_chunk
@@ -81,6 +83,199 @@ def test_decode_matches_reference_decoder_for_random_batches() -> None:
         assert row["topic"] == "t" and row["partition"] == 3 and row["timestampType"] == 0
         assert round(row["timestamp"].timestamp() * 1000) == record.timestamp
         assert [(h["key"], h["value"]) for h in row["headers"]] == list(record.headers)
+
+
+def mixed_records(rng: random.Random, count: int) -> list:
+    """Records as an application sends them: keys of 8-36 bytes (some null), 0-3 headers
+    (a null header value now and then), values of many sizes (a few null or 9,000 bytes)."""
+    records = []
+    for i in range(count):
+        key = None if rng.random() < 0.1 else rng.randbytes(rng.randrange(8, 37))
+        value = rng.randbytes(rng.choice([0, 20, 90, 200, 700, 2048, 9000, rng.randrange(300)]))
+        if rng.random() < 0.02:
+            value = None
+        names = rng.sample(["trace-id", "content-type", "source", "ünïcode"], rng.randrange(4))
+        headers = [
+            (n, None if rng.random() < 0.05 else rng.randbytes(rng.randrange(33))) for n in names
+        ]
+        records.append((key, value, headers, 1_700_000_000_000 + i * rng.choice([0, 1, 90])))
+    return records
+
+
+class Spy:
+    """Calls the real ``_decode_scattered`` and notes whether it decoded (True) or left the
+    records to the parser (False)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.decoded: list[bool] = []
+        real = decode_module._decode_scattered
+
+        def spy(*args: object) -> object:
+            result = real(*args)  # type: ignore[arg-type]
+            self.decoded.append(result is not None)
+            return result
+
+        monkeypatch.setattr(decode_module, "_decode_scattered", spy)
+
+
+def test_decode_of_a_large_mixed_batch_is_vectorised_and_matches_reference_decoder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = Spy(monkeypatch)
+    rng = random.Random(11)
+    buf = stamped(mixed_records(rng, 2_000), 500) + stamped(mixed_records(rng, 700), 2_500)
+    expected = reference_rows(buf, 600, 3_100)
+    fetched = bytearray(buf)  # as a fetch frame, which is reused once decoded
+    chunk = decode_chunk(memoryview(fetched), "t", 0, 600, 3_100, WITH_HEADERS)
+    assert spy.decoded == [True]  # both batches in one vectorised group
+    fetched[:] = bytes(len(fetched))  # the decoded columns hold copies, not views of the frame
+    assert chunk.batch is not None and chunk.batch.schema.equals(WITH_HEADERS)
+    rows = [
+        (r["offset"], r["key"], r["value"], round(r["timestamp"].timestamp() * 1000), r["headers"])
+        for r in chunk.batch.to_pylist()
+    ]
+    assert rows == [
+        (o, k, v, t, [{"key": hk, "value": hv} for hk, hv in h]) for o, k, v, t, h in expected
+    ]
+    plain = decode_chunk(buf, "t", 0, 600, 3_100, PLAIN)
+    assert plain.batch is not None and spy.decoded == [True, True]
+    assert plain.batch.equals(chunk.batch.drop_columns(["headers"]))
+
+
+def test_decode_of_runs_parsed_and_vectorised_batches_together_matches_reference() -> None:
+    rng = random.Random(5)
+    parts = [
+        mixed_records(rng, 150),  # vectorised
+        [(None, b"v" * 100, [], 1_000 + i) for i in range(100)],  # runs
+        mixed_records(rng, 3),  # parsed: too few
+        [(None, b"w" * 100, [], 1_000 + i) for i in range(50)],
+        mixed_records(rng, 70),  # these two vectorised together
+        mixed_records(rng, 60),
+    ]
+    buf = b""
+    offset = 0
+    for records in parts:
+        buf += stamped(records, offset)
+        offset += len(records)
+    zipped = bytearray(build_batch(mixed_records(rng, 130), compression=1))  # gzip
+    stamp(zipped, offset, 1)
+    buf += bytes(zipped) + stamped(mixed_records(rng, 10), offset + 130)  # then 10 parsed
+    offset += 140
+    for start, end in ((0, offset), (150, offset - 20), (260, 330)):
+        assert decoded_rows(buf, start, end) == reference_rows(buf, start, end)
+        chunk = decode_chunk(buf, "t", 0, start, end, PLAIN)
+        assert chunk.batch is not None
+        assert [(r["offset"], r["key"], r["value"]) for r in chunk.batch.to_pylist()] == [
+            row[:3] for row in reference_rows(buf, start, end)
+        ]
+
+
+def resealed(batch: bytearray) -> bytes:
+    """The batch with its crc32c made right again: only its record structure is wrong, as a
+    buggy producer would send it."""
+    struct.pack_into("<I", batch, 20, crc32c.crc32c(bytes(batch[24:])))
+    return bytes(batch)
+
+
+def record_starts(batch: bytes) -> list[int]:
+    """Where each record of an uncompressed batch starts (at its length varint)."""
+    starts = []
+    position = 68
+    while position < len(batch):
+        starts.append(position)
+        length, body = varint.decode(batch, position, len(batch))
+        position = body + length
+    return starts
+
+
+def assert_same_error(buf: bytes) -> None:
+    """decode_chunk fails on ``buf`` exactly as the log's own decoder does."""
+    with pytest.raises(CorruptBatchError) as reference:
+        decode_records(buf)
+    for schema in (WITH_HEADERS, PLAIN):
+        with pytest.raises(CorruptBatchError) as decoded:
+            decode_chunk(buf, "t", 0, 0, 10_000, schema)
+        assert str(decoded.value) == str(reference.value)
+
+
+def test_a_mixed_record_that_lies_about_its_length_gets_the_parsers_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = Spy(monkeypatch)
+    records = mixed_records(random.Random(3), 300)
+    records[120] = (b"key", b"v" * 100, [("trace-id", b"abc")], 1_700_000_000_000)
+    batch = bytearray(stamped(records, 0))
+    record = record_starts(bytes(batch))[120]
+    # length, attributes, timestamp and offset deltas (0, 120), key, value, one header
+    assert batch[record : record + 2] == varint.encode(
+        1 + 1 + 2 + 1 + 3 + 2 + 100 + 1 + 1 + 8 + 1 + 3
+    )
+    # its length says one byte more: the walk no longer ends at the batch's end
+    longer = bytearray(batch)
+    longer[record] += 2
+    assert_same_error(resealed(longer))
+    # its length is the largest 10-byte varint (the walk then passes int64)
+    huge = bytearray(batch)
+    huge[record : record + 10] = b"\xfe" + b"\xff" * 8 + b"\x01"  # 2**63 - 1
+    assert varint.decode(huge, record, len(huge))[0] == 2**63 - 1
+    assert_same_error(resealed(huge))
+    # its value's length says one byte less: the records still add up, the fields do not
+    shorter = bytearray(batch)
+    value_length = record + 2 + 1 + 1 + 2 + 1 + 3
+    assert shorter[value_length : value_length + 2] == varint.encode(100)
+    shorter[value_length] -= 2
+    assert_same_error(resealed(shorter))
+    # its header count says 2: the second header runs past the record
+    count = value_length + 2 + 100
+    assert batch[count] == varint.encode(1)[0]
+    more = bytearray(batch)
+    more[count] = varint.encode(2)[0]
+    assert_same_error(resealed(more))
+    assert spy.decoded == [False] * 4  # the vectorised path found each defect, and left it
+
+
+def test_damaged_mixed_batches_decode_or_fail_exactly_as_the_parser_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Bytes of the records changed at random (crc made right again): whatever the parser
+    # makes of each, rows or an error, the decoder makes the same.
+    spy = Spy(monkeypatch)
+    rng = random.Random(21)
+    whole = stamped(mixed_records(rng, 120), 0)
+    starts = record_starts(whole)
+    failures = 0
+    for _ in range(400):
+        batch = bytearray(whole)
+        for _ in range(rng.choice([1, 1, 2, 4])):
+            # mostly the first bytes of a record: its length, deltas, key and value lengths
+            at = rng.choice(starts) + rng.randrange(12) if rng.random() < 0.8 else -1
+            at = at if 68 <= at < len(batch) else rng.randrange(68, len(batch))
+            batch[at] = rng.choice([0, 1, 2, 0x7F, 0x80, 0xFF, batch[at] ^ 1, rng.randrange(256)])
+        damaged = resealed(batch)
+        try:  # all rows: a damaged offset delta may put a record anywhere
+            expected = reference_rows(damaged, -(2**62), 2**62)
+        except CorruptBatchError:
+            assert_same_error(damaged)
+            failures += 1
+            continue
+        assert decoded_rows(damaged, -(2**62), 2**62) == expected
+    assert 50 < failures < 390  # both outcomes were exercised, on both paths
+    assert spy.decoded.count(True) > 50 and spy.decoded.count(False) > 50
+
+
+@pytest.mark.parametrize("name", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"ab\xf4\x90\x80\x80"])
+def test_a_header_key_that_is_not_utf8_gets_the_parsers_error(
+    name: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # not UTF-8: a stray byte, an overlong "/", a UTF-16 surrogate, a code point past U+10FFFF
+    spy = Spy(monkeypatch)
+    records = mixed_records(random.Random(9), 150)
+    records[70] = (b"key", b"value", [("x" * len(name), b"v")], 1_700_000_000_000)
+    batch = bytearray(stamped(records, 0))
+    at = batch.index(b"x" * len(name) + b"\x02v")
+    batch[at : at + len(name)] = name
+    assert_same_error(resealed(batch))
+    assert spy.decoded == [False, False]  # the vectorised path's UTF-8 check caught it
 
 
 def test_decode_of_runs_of_same_size_records_matches_reference_decoder() -> None:
