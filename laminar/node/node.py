@@ -105,6 +105,7 @@ class Node:
         self.amnesia = Amnesia(config.data_dir)
         self.states = StateJournal(config.data_dir / JOURNAL_FILE)
         self.descriptors = DescriptorCache(config.max_open_log_files or None)
+        self._partitions_dir = config.data_dir / "partitions"  # (see partition_dir)
         self._dir_lock = -1  # flock on data_dir: the replicas' logs take none of their own
         self.runtime = MultiRaft(
             self.node_id,
@@ -585,7 +586,7 @@ class Node:
         """One directory per assignment: a replica assigned again later (a move back) starts
         fresh instead of reusing the Raft vote and log of a membership it has left."""
         name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
-        return self.config.data_dir / "partitions" / name
+        return self._partitions_dir / name
 
     def _open_partition(
         self, topic: Topic, partition: int, origin: int, durable_marker: bool = True
@@ -600,7 +601,8 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        lost = self.amnesia.opening(group, directory.name, directory, durable_marker)
+        exists = os.path.exists(directory)  # (one look for the marker and the saved state)
+        lost = self.amnesia.opening(group, directory.name, directory, durable_marker, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -620,7 +622,7 @@ class Node:
             descriptors=self.descriptors,
         )
         try:
-            replica = opener(synced=self._synced_at_start)
+            replica = opener(synced=self._synced_at_start, exists=exists)
         except (LaminarError, OSError) as exc:  # damaged files: this partition alone is offline
             closed = asyncio.Event()
             closed.set()
