@@ -168,6 +168,16 @@ def test_config_change_in_the_tail_reaches_the_raft_core(tmp_path: Path) -> None
             log.close()
     assert found[:4] == found[4:]
     assert found[0][1] == ConfState((1, 2, 3), (4,), 4)
+    with PartitionLog.open(tmp_path / "log", config) as log:
+        plain = [(lo, hi, m, LogStorage(log).entries(lo, hi, m)) for lo, hi, m in _ranges(log)]
+    with PartitionLog.open(tmp_path / "log", config) as log:
+        kept = LogStorage(log, keep_tail=True)
+        assert [(lo, hi, m, kept.entries(lo, hi, m)) for lo, hi, m in _ranges(log)] == plain
+
+
+def _ranges(log: PartitionLog) -> list[tuple[int, int, int]]:
+    end = log.end_offset
+    return [(lo, hi, m) for lo in range(end + 1) for hi in range(lo, end + 2) for m in (0, 200)]
 
 
 def test_tail_batches_answer_as_the_log_does(tmp_path: Path) -> None:
@@ -181,9 +191,12 @@ def test_tail_batches_answer_as_the_log_does(tmp_path: Path) -> None:
     with PartitionLog.open(tmp_path / "log", config) as log:
         tail = log.read_tail(0, TAIL_BYTES)
         assert tail.start == 0 and tail.end == log.end_offset
+        sizes = [len(v) for v in tail.views]
+        sums = {sum(sizes[i:j]) for i in range(len(sizes)) for j in range(i + 1, len(sizes))}
+        limits = {0, 1, 1 << 20} | sums | {n - 1 for n in sums} | {n + 1 for n in sums}
         for start in range(log.end_offset):
             for end in range(start + 1, log.end_offset + 2):
-                for limit in (0, 1, 100, 250, 600, 1 << 20):
+                for limit in limits:
                     got = [bytes(v) for v in tail.batches(start, end, limit)]
                     want = [bytes(v) for v in log.batches(start, end, limit)]
                     assert got == want, (start, end, limit)
@@ -217,3 +230,20 @@ def test_damage_is_refused_only_where_a_reader_of_the_window_would_read(tmp_path
         assert tail.start == 2 and len(tail.views) == 4
         with pytest.raises(CorruptLogError):
             LogStorage(log)  # as before: the producer table's rebuild reads the damage
+
+
+def test_a_node_log_creates_its_directory_only_when_missing(tmp_path: Path) -> None:
+    """Without a lock of its own (a node's replica) the log lists its directory first and
+    creates it, parents too, only if the listing finds none; its start marker, when the
+    listing shows one, is honoured as before."""
+    path = tmp_path / "replica" / "log"
+    config = LogConfig(segment_bytes=1024)
+    with PartitionLog.open(path, config, lock=False) as log:
+        for i in range(30):
+            log.append(build_batch([(b"k", b"v" * 60, (), 1_000 + i)]), term=1)
+        assert log.expire(10**15, upto=log.end_offset) > 0  # writes start.meta
+        start, end = log.start_offset, log.end_offset
+    assert (path / "start.meta").exists() and not (path / ".lock").exists()
+    with PartitionLog.open(str(path), config, lock=False) as log:
+        assert (log.start_offset, log.end_offset) == (start, end)
+        assert log.term_at(start - 1) == 1

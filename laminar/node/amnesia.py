@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import uuid
 from dataclasses import asdict, dataclass
@@ -100,7 +101,8 @@ class Amnesia:
         # _create_plain). Opening and reading each was a sixth of a 10,000-replica restart.
         path = f"{self._directory}/{name}.json"
         try:
-            if os.stat(path).st_size == 0:
+            info = os.stat(path)
+            if info.st_size == 0 and stat.S_ISREG(info.st_mode):
                 return Marker()
             with open(path, encoding="utf-8") as file:
                 text = file.read()

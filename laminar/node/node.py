@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import random
 import shutil
 import time
 from collections.abc import Coroutine
@@ -106,6 +107,9 @@ class Node:
         self.states = StateJournal(config.data_dir / JOURNAL_FILE)
         self.descriptors = DescriptorCache(config.max_open_log_files or None)
         self._partitions_dir = config.data_dir / "partitions"  # (see partition_dir)
+        self._seeds = random.Random()
+        """Seeds each Raft core's generator of election timeouts: one seeded from os.urandom
+        per replica cost 15 us, a tenth of a second for 10,000 replicas opening."""
         self._dir_lock = -1  # flock on data_dir: the replicas' logs take none of their own
         self.runtime = MultiRaft(
             self.node_id,
@@ -385,6 +389,7 @@ class Node:
             # (the metadata group: any node answers reads of it, just after a change too)
             prompt_commit=deliver_committed,
             applied=-1,
+            seed=self._seeds.getrandbits(64),
         )
 
     async def _register(self) -> None:
@@ -601,7 +606,7 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        exists = os.path.exists(directory)  # (one look for the marker and the saved state)
+        exists = directory.exists()  # (one look serves the marker and the saved state)
         lost = self.amnesia.opening(group, directory.name, directory, durable_marker, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))

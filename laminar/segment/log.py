@@ -185,7 +185,7 @@ class PartitionLog:
         the last process that wrote this log ended, so recovery need not fdatasync the tail
         that process may have left in the page cache.
         """
-        directory = Path(path)
+        directory = path if isinstance(path, Path) else Path(path)
         if lock:  # (the lock file lives inside; without one, _recover creates a new directory)
             directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, config or LogConfig(), descriptors)

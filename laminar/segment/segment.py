@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator
@@ -636,7 +637,10 @@ def _read_or_empty(path: str) -> bytes:
     except FileNotFoundError:
         return b""
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):  # (as io.open refuses one)
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+        size = info.st_size
         data = os.read(fd, size) if size else b""
         while len(data) < size:  # (a short read: unusual for a regular file)
             more = os.read(fd, size - len(data))
