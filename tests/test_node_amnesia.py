@@ -479,3 +479,35 @@ async def test_a_node_that_lost_state_does_not_help_elect_a_leader_without_acked
         raise
     finally:
         cluster.stop()
+
+
+def test_markers_read_back_the_same_after_restarts(tmp_path: Path) -> None:
+    """A restart stats each marker and reads only the ones that hold more than the default
+    (an empty file): every kind of marker comes back as it was written."""
+    first = Amnesia(tmp_path)
+    for name in ("plain", "lost", "readmitted"):
+        (tmp_path / name).mkdir()
+    assert not first.opening(1, "plain", tmp_path / "plain", exists=True)
+    assert not first.opening(2, "lost", tmp_path / "lost")
+    assert not first.opening(3, "readmitted", tmp_path / "readmitted")
+    first.lose(2)
+    first.lose(3)
+    assert first.recovered(3, first.incident(3), term=9)
+    assert (tmp_path / MARKERS_DIR / "plain.json").stat().st_size == 0
+    incident = first.incident(2)
+
+    restarted = Amnesia(tmp_path)
+    assert not restarted.opening(1, "plain", tmp_path / "plain", exists=True)
+    assert restarted.opening(2, "lost", tmp_path / "lost", exists=True)
+    assert restarted.incident(2) == incident
+    assert not restarted.opening(3, "readmitted", tmp_path / "readmitted", exists=True)
+    assert restarted.markers[3][1].vote_floor == 9 and restarted.filtering
+    assert not restarted.opening(4, "new", tmp_path / "new", exists=False)  # no marker yet
+    assert (tmp_path / MARKERS_DIR / "new.json").stat().st_size == 0
+
+    # the caller's look at the directory decides, as the directory itself does without one
+    again = Amnesia(tmp_path)
+    assert again.opening(1, "plain", tmp_path / "plain", exists=False), "its directory is gone"
+    assert Amnesia(tmp_path).opening(1, "plain", tmp_path / "plain"), "and stays lost"
+    shutil.rmtree(tmp_path / "readmitted")
+    assert Amnesia(tmp_path).opening(3, "readmitted", tmp_path / "readmitted")

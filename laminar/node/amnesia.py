@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import threading
 import uuid
 from dataclasses import asdict, dataclass
@@ -59,6 +60,7 @@ class Amnesia:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.directory = data_dir / MARKERS_DIR
+        self._directory = str(self.directory)
         self.incarnation = ""
         """This data directory's identity, set by ``load_identity``."""
         self._identity: dict[str, str | int] = {}
@@ -95,17 +97,33 @@ class Amnesia:
             self._unsynced = False
 
     def _read(self, name: str) -> Marker | None:
+        # One stat tells what nearly every marker holds: an empty file is the default (see
+        # _create_plain). Opening and reading each was a sixth of a 10,000-replica restart.
+        path = f"{self._directory}/{name}.json"
         try:
-            text = self._path(name).read_text()
+            info = os.stat(path)
+            if info.st_size == 0 and stat.S_ISREG(info.st_mode):
+                return Marker()
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
         except FileNotFoundError:
             return None
         if not text:
-            return Marker()  # (see _create_plain)
+            return Marker()  # (emptied since the stat)
         data = json.loads(text)
         return Marker(bool(data["lost"]), str(data["incident"]), int(data["vote_floor"]))
 
-    def opening(self, group: int, name: str, directory: Path, durable: bool = True) -> bool:
+    def opening(
+        self,
+        group: int,
+        name: str,
+        directory: Path,
+        durable: bool = True,
+        *,
+        exists: bool | None = None,
+    ) -> bool:
         """Call before opening a replica's directory; True if the replica lost its state.
+        ``exists``: whether ``directory`` exists, if the caller just looked.
 
         With ``durable=False`` a new replica's marker is durable only after ``sync_markers``,
         which the caller owes before the replica takes part in its group (before the next
@@ -125,7 +143,7 @@ class Amnesia:
                 self._create_plain(name)
                 if durable:
                     self.sync_markers()
-        elif not marker.lost and not directory.exists():
+        elif not marker.lost and not (directory.exists() if exists is None else exists):
             marker = Marker(lost=True, incident=uuid.uuid4().hex, vote_floor=marker.vote_floor)
             self._write(name, marker)
         self.markers[group] = (name, marker)

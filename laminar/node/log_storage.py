@@ -15,10 +15,13 @@ from laminar.node.producers import ProducerTable
 from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import ATTR_CONTROL
-from laminar.segment.log import PartitionLog
+from laminar.segment.log import PartitionLog, Tail
 from laminar.splits.seal import find_seal, is_seal
 
 _KIND = struct.Struct(">H")
+TAIL_BYTES = 8 << 20
+"""At most this much of a log's tail is read into memory on open (``LogStorage``): as much as
+one read of the producer table's rebuild took before; the rest is read from the log."""
 
 
 def control_entry_batch(entry: Entry) -> bytearray:
@@ -29,6 +32,8 @@ def control_entry_batch(entry: Entry) -> bytearray:
 
 
 _CORE_KINDS = frozenset((EntryKind.NOOP, EntryKind.CONFIG))
+_NOOP_BODY = bytes(control_entry_batch(Entry(0, 0, 0, EntryKind.NOOP, b""))[16:])
+"""Every NOOP entry's batch after its stamp (no decoding for the commonest control batch)."""
 
 
 def batch_to_entry(view: memoryview) -> Entry:
@@ -38,6 +43,8 @@ def batch_to_entry(view: memoryview) -> Entry:
     header = record_batch.read_header(view)
     last = header.base_offset + header.last_offset_delta
     if record_batch.is_control(header):
+        if view[16:] == _NOOP_BODY:
+            return Entry(header.term, header.base_offset, last, EntryKind.NOOP, b"")
         record = record_batch.decode_records(view)[0]
         kind = _KIND.unpack(record.key or b"\0\0")[0]
         if kind in _CORE_KINDS:
@@ -53,15 +60,27 @@ class LogStorage:
     checkpoint, starts a new segment, so deleting the segments below a checkpoint leaves a
     log that starts exactly at it (``metadata_checkpoint``)."""
 
-    __slots__ = ("log", "producers", "roll_at_control", "seal_offset")
+    __slots__ = ("_tail", "log", "producers", "roll_at_control", "seal_offset")
 
-    def __init__(self, log: PartitionLog, roll_at_control: bool = False) -> None:
+    def __init__(
+        self, log: PartitionLog, roll_at_control: bool = False, *, keep_tail: bool = False
+    ) -> None:
+        """``keep_tail``: keep the tail read here (see ``Tail``) for ``entries`` until
+        ``release_tail``, so the Raft core's configuration scan on construction need not
+        read it again (Replica.open)."""
         self.log = log
         self.roll_at_control = roll_at_control
+        # One read of the tail for the producer table, the seal and (kept) the Raft core.
+        tail = log.read_tail(ProducerTable.window_start(log), TAIL_BYTES)
         self.producers = ProducerTable()
-        self.producers.rebuild(log)
-        self.seal_offset: int | None = None if roll_at_control else find_seal(log)
+        self.producers.rebuild(log, tail)
+        self.seal_offset: int | None = None if roll_at_control else find_seal(log, tail)
         """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
+        self._tail: Tail | None = tail if keep_tail else None
+
+    def release_tail(self) -> None:
+        """Drop the tail kept since opening (it holds up to TAIL_BYTES)."""
+        self._tail = None
 
     def first_index(self) -> int:
         return self.log.start_offset
@@ -80,9 +99,19 @@ class LogStorage:
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         if lo < self.log.start_offset:
             raise CompactedError(lo)
-        return [batch_to_entry(view) for view in self.log.batches(lo, hi, max_bytes)]
+        tail = self._tail
+        if (
+            tail is not None
+            and tail.start <= lo < min(hi, tail.end)
+            and tail.end == self.log.end_offset
+        ):
+            views = tail.batches(lo, hi, max_bytes)
+        else:
+            views = self.log.batches(lo, hi, max_bytes)
+        return [batch_to_entry(view) for view in views]
 
     def append(self, entries: list[Entry]) -> None:
+        self._tail = None
         log = self.log
         for entry in entries:
             if entry.index < log.end_offset:
@@ -107,12 +136,14 @@ class LogStorage:
                 log.roll()
 
     def truncate(self, index: int) -> None:
+        self._tail = None
         self.log.truncate(index)
         self.producers.truncate(index)
         if self.seal_offset is not None and self.seal_offset >= index:
             self.seal_offset = None  # the seal was never committed: a new one is proposed
 
     def reset(self, start: int, prev_term: int) -> None:
+        self._tail = None
         self.log.reset(start, prev_term)
         self.producers.clear()
         if self.seal_offset is not None and self.seal_offset >= start:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import random
 import shutil
 import time
 from collections.abc import Coroutine
@@ -105,6 +106,10 @@ class Node:
         self.amnesia = Amnesia(config.data_dir)
         self.states = StateJournal(config.data_dir / JOURNAL_FILE)
         self.descriptors = DescriptorCache(config.max_open_log_files or None)
+        self._partitions_dir = config.data_dir / "partitions"  # (see partition_dir)
+        self._seeds = random.Random()
+        """Seeds each Raft core's generator of election timeouts: one seeded from os.urandom
+        per replica cost 15 us, a tenth of a second for 10,000 replicas opening."""
         self._dir_lock = -1  # flock on data_dir: the replicas' logs take none of their own
         self.runtime = MultiRaft(
             self.node_id,
@@ -384,6 +389,7 @@ class Node:
             # (the metadata group: any node answers reads of it, just after a change too)
             prompt_commit=deliver_committed,
             applied=-1,
+            seed=self._seeds.getrandbits(64),
         )
 
     async def _register(self) -> None:
@@ -585,7 +591,7 @@ class Node:
         """One directory per assignment: a replica assigned again later (a move back) starts
         fresh instead of reusing the Raft vote and log of a membership it has left."""
         name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
-        return self.config.data_dir / "partitions" / name
+        return self._partitions_dir / name
 
     def _open_partition(
         self, topic: Topic, partition: int, origin: int, durable_marker: bool = True
@@ -600,7 +606,8 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        lost = self.amnesia.opening(group, directory.name, directory, durable_marker)
+        exists = directory.exists()  # (one look serves the marker and the saved state)
+        lost = self.amnesia.opening(group, directory.name, directory, durable_marker, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
@@ -620,7 +627,7 @@ class Node:
             descriptors=self.descriptors,
         )
         try:
-            replica = opener(synced=self._synced_at_start)
+            replica = opener(synced=self._synced_at_start, exists=exists)
         except (LaminarError, OSError) as exc:  # damaged files: this partition alone is offline
             closed = asyncio.Event()
             closed.set()

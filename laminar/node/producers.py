@@ -13,7 +13,7 @@ import collections
 from dataclasses import dataclass
 
 from laminar.segment.batch import BatchHeader, read_header
-from laminar.segment.log import PartitionLog
+from laminar.segment.log import PartitionLog, Tail
 
 KEEP_PER_PRODUCER = 8
 REBUILD_WINDOW_OFFSETS = 500_000
@@ -78,15 +78,30 @@ class ProducerTable:
     def clear(self) -> None:
         self._producers.clear()
 
-    def rebuild(self, log: PartitionLog) -> None:
-        """Re-learn recent sequences from batch headers at the log's tail (after a restart)."""
+    @staticmethod
+    def window_start(log: PartitionLog) -> int:
+        """Where ``rebuild`` starts reading: the last REBUILD_WINDOW_OFFSETS offsets."""
+        return max(log.start_offset, log.end_offset - REBUILD_WINDOW_OFFSETS)
+
+    def rebuild(self, log: PartitionLog, tail: Tail | None = None) -> None:
+        """Re-learn recent sequences from batch headers at the log's tail (after a restart).
+
+        ``tail``: the log's last batches as read on open (``PartitionLog.read_tail``), taken
+        from memory where they reach; what lies before them is read from the log."""
         self.clear()
-        offset = max(log.start_offset, log.end_offset - REBUILD_WINDOW_OFFSETS)
-        while offset < log.end_offset:
-            views = log.batches(offset, log.end_offset, 8 << 20)
+        offset = self.window_start(log)
+        end = log.end_offset
+        if tail is not None and tail.end != end:
+            tail = None  # (read before the log changed)
+        stop = end if tail is None else max(offset, tail.start)
+        while offset < stop:
+            views = log.batches(offset, stop, 8 << 20)
             if not views:
                 break
             for view in views:
                 header = read_header(view)
                 self.record(header, header.base_offset, header.last_offset)
                 offset = header.next_offset
+        if tail is not None and offset < end:
+            for header in tail.headers[tail.find(offset) :]:
+                self.record(header, header.base_offset, header.last_offset)

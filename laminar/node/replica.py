@@ -102,6 +102,7 @@ class Replica:
         roll_at_control: bool = False,
         descriptors: DescriptorCache | None = None,
         synced: bool = False,
+        exists: bool | None = None,
         **kwargs: Any,
     ) -> Replica:
         """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
@@ -110,7 +111,8 @@ class Replica:
         see LogStorage. ``descriptors``: the node's budget of open log files; a node passing
         it holds the lock of its whole data directory, so the log takes no lock of its own
         (one descriptor per replica fewer). ``synced``: see ``PartitionLog.open`` (not kept
-        for ``reopen``, which syncs afresh)."""
+        for ``reopen``, which syncs afresh). ``exists``: whether ``directory`` exists, if the
+        caller just looked (not kept for ``reopen`` either)."""
         reopen = functools.partial(
             cls.open,
             group,
@@ -124,8 +126,11 @@ class Replica:
             **kwargs,
         )
         states: StateJournal | None = kwargs.get("states")
-        hard, conf = states.load(directory) if states is not None else load_state(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        if states is not None:
+            hard, conf = states.load(directory, exists)
+        else:
+            hard, conf = load_state(directory)
+        # (no mkdir of the replica's directory: opening the log creates it with its parents)
         log = PartitionLog.open(
             directory / LOG_DIR,
             log_config,
@@ -136,9 +141,10 @@ class Replica:
         try:
             if cut_damage:
                 log.cut_at_damage()
-            storage = LogStorage(log, roll_at_control)
+            storage = LogStorage(log, roll_at_control, keep_tail=True)
             conf = conf or initial_conf
             raft = RaftNode(node_id, storage, conf, hard, raft_config)  # reads the log's tail
+            storage.release_tail()
         except BaseException:
             log.close()
             raise

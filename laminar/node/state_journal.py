@@ -109,9 +109,12 @@ class StateJournal:
                 os.close(self._fd)
                 self._fd = -1
 
-    def load(self, directory: Path) -> tuple[HardState | None, ConfState | None]:
-        """The saved state of the replica in ``directory`` (call before creating it)."""
-        if not directory.exists():
+    def load(
+        self, directory: Path, exists: bool | None = None
+    ) -> tuple[HardState | None, ConfState | None]:
+        """The saved state of the replica in ``directory`` (call before creating it);
+        ``exists``: whether the directory exists, if the caller just looked."""
+        if not (directory.exists() if exists is None else exists):
             self.forget(directory.name)  # wiped, or new: nothing saved applies to it
             return None, None
         with self._lock:

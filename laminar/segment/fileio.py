@@ -52,7 +52,7 @@ class FileHandle:
 
     __slots__ = ("fd", "on_close", "path")
 
-    def __init__(self, path: Path, flags: int, mode: int = 0o644) -> None:
+    def __init__(self, path: str | Path, flags: int, mode: int = 0o644) -> None:
         self.path = path
         self.fd = -1
         self.on_close: Callable[[], None] | None = None  # told once the descriptor is closed
@@ -73,13 +73,13 @@ class FileHandle:
         self.close()
 
 
-def open_append(path: Path, create: bool = True) -> FileHandle:
+def open_append(path: str | Path, create: bool = True) -> FileHandle:
     """Read/write, every write at the end (so a write after ftruncate never leaves a hole)."""
     flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
     return FileHandle(path, flags)
 
 
-def pread_exact(fd: int, length: int, position: int, path: Path | None = None) -> bytes:
+def pread_exact(fd: int, length: int, position: int, path: str | Path | None = None) -> bytes:
     """pread that loops over short reads; a read past the end raises CorruptLogError."""
     data = os.pread(fd, length, position)
     if len(data) == length:

@@ -21,7 +21,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby, pairwise
 from operator import itemgetter
 from pathlib import Path
@@ -40,6 +40,7 @@ from laminar.segment.batch import (
     ATTR_CONTROL,
     CRC_START,
     HEADER_SIZE,
+    MAGIC,
     STAMP,
     BatchHeader,
     check_batch,
@@ -48,7 +49,7 @@ from laminar.segment.batch import (
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
-from laminar.segment.segment import Segment
+from laminar.segment.segment import LEAN_HEADER, Segment
 from laminar.segment.slice import LogSlice
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,43 @@ class PendingFlush:
     handles: list[FileHandle]
     """The very handles appends wrote through (an evicted one stays open until synced)."""
     dir_dirty: bool
+
+
+@dataclass(slots=True)
+class Tail:
+    """The last batches of a log, read with one pread and checked as ``batches`` checks them
+    (``PartitionLog.read_tail``). Opening a replica reads its log's tail for the producer
+    table, the seal lookup and the Raft core's configuration scan: at 10,000 replicas doing
+    that with a ``batches`` call per batch and consumer was a third of a restart's opening.
+    Valid only while the log is unchanged (its owner drops it at the first append)."""
+
+    start: int
+    """Offset of the first batch held (the log's end when none is)."""
+    end: int
+    """The log's end offset when read."""
+    bases: list[int] = field(default_factory=list)
+    views: list[memoryview] = field(default_factory=list)
+    headers: list[BatchHeader] = field(default_factory=list)
+
+    def find(self, offset: int) -> int:
+        """Index of the batch holding ``offset`` (``start <= offset < end``)."""
+        return bisect_right(self.bases, offset) - 1
+
+    def batches(self, start: int, end: int, max_bytes: int) -> list[memoryview]:
+        """What ``PartitionLog.batches(start, end, max_bytes)`` returns, for ``start`` in
+        ``[self.start, min(end, self.end))``: the batch holding ``start``, then the next ones
+        starting before ``end`` while their bytes in all stay within ``max_bytes``."""
+        views, bases = self.views, self.bases
+        i = self.find(start)
+        out = [views[i]]
+        total = len(views[i])
+        bound = min(end, self.end)
+        for j in range(i + 1, len(views)):
+            total += len(views[j])
+            if bases[j] >= bound or total > max_bytes:
+                break
+            out.append(views[j])
+        return out
 
 
 @dataclass
@@ -102,6 +140,7 @@ class PartitionLog:
         self, directory: Path, config: LogConfig, descriptors: DescriptorCache | None = None
     ) -> None:
         self._dir = directory
+        self._dir_str = str(directory)  # (segments build their paths from it)
         self.config = config
         self._descriptors = descriptors
         self._segments: list[Segment] = []
@@ -146,8 +185,9 @@ class PartitionLog:
         the last process that wrote this log ended, so recovery need not fdatasync the tail
         that process may have left in the page cache.
         """
-        directory = Path(path)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = path if isinstance(path, Path) else Path(path)
+        if lock:  # (the lock file lives inside; without one, _recover creates a new directory)
+            directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, config or LogConfig(), descriptors)
         plog._lock_directory(lock)
         try:
@@ -205,27 +245,38 @@ class PartitionLog:
             seg.close()
 
     def _recover(self, synced: bool = False) -> None:
-        directory = self._dir
+        directory = self._dir_str
         interval = self.config.index_interval_bytes
         bases: set[int] = set()
-        other: dict[int, list[Path]] = {}
-        for entry in os.scandir(directory):
-            if entry.name.endswith(".tmp"):
-                os.unlink(entry.path)
-                continue
-            m = _NAME.match(entry.name)
-            if not m:
-                continue
-            base = int(m.group(1))
-            if m.group(2) == "log":
-                bases.add(base)
-            else:
-                other.setdefault(base, []).append(Path(entry.path))
+        other: dict[int, list[str]] = {}
+        has_marker = False
+        try:
+            listing = os.scandir(directory)
+        except FileNotFoundError:  # a new log (a node's: it skipped the mkdir for existing ones)
+            os.makedirs(directory, exist_ok=True)
+            listing = os.scandir(directory)
+        with listing:
+            for entry in listing:
+                name = entry.name
+                if name.endswith(".tmp"):
+                    os.unlink(entry.path)
+                    continue
+                m = _NAME.match(name)
+                if not m:
+                    has_marker = has_marker or name == META_NAME
+                    continue
+                base = int(m.group(1))
+                if m.group(2) == "log":
+                    bases.add(base)
+                else:
+                    other.setdefault(base, []).append(entry.path)
         for base, paths in other.items():  # index files whose data file is gone
             if base not in bases:
                 for p in paths:
-                    p.unlink()
-        marker = read_start(directory)
+                    os.unlink(p)
+        # (the listing tells whether there is a marker: most logs have none, and a failed
+        # open per replica was a measurable part of a restart)
+        marker = read_start(self._dir) if has_marker else None
         if marker is not None:
             self._start, self._prev_term = marker
             stale = sorted(b for b in bases if b < self._start)
@@ -233,7 +284,7 @@ class PartitionLog:
                 Segment(directory, base, interval).delete()
                 bases.discard(base)
             if stale:
-                fsync_dir(directory)
+                fsync_dir(self._dir)
         ordered = sorted(bases)
         if not ordered:
             seg = Segment.create(directory, self._start, interval)
@@ -245,7 +296,7 @@ class PartitionLog:
         else:
             if ordered[0] != self._start:
                 raise CorruptLogError(
-                    f"{directory}: first segment starts at {ordered[0]}, log starts at "
+                    f"{self._dir}: first segment starts at {ordered[0]}, log starts at "
                     f"{self._start} ({META_NAME} {'present' if marker else 'absent'})"
                 )
             segments = [
@@ -368,7 +419,7 @@ class PartitionLog:
         self._sync_stale(old)
         if old.open_handle is not None:
             self._sealed_opened(old)
-        seg = Segment.create(self._dir, self._end, self.config.index_interval_bytes)
+        seg = Segment.create(self._dir_str, self._end, self.config.index_interval_bytes)
         self._hook(seg)
         self._segments.append(seg)
         self._bases.append(seg.base)
@@ -387,7 +438,7 @@ class PartitionLog:
             if handle.fd >= 0:
                 os.fdatasync(handle.fd)
 
-    def _forget_dirty(self, paths: set[Path]) -> None:
+    def _forget_dirty(self, paths: set[str]) -> None:
         """Drop the dirty handles of these files (made durable or cut); under ``_lock``."""
         for key in [k for k, h in self._dirty.items() if h.path in paths]:
             del self._dirty[key]
@@ -536,6 +587,50 @@ class PartitionLog:
                 break
         return out
 
+    def read_tail(self, offset: int, max_bytes: int) -> Tail:
+        """The batches from the one holding ``offset`` to the end, read with one pread and
+        checked as ``batches`` checks them (raising the same CorruptLogError), as far as they
+        lie in the active segment and within ``max_bytes`` (else only the last ones: a caller
+        reads the rest with ``batches``). Only batches ``batches(offset, ...)`` would read are
+        read, so nothing is refused here that a reader from ``offset`` would not refuse."""
+        self._check_open()
+        end = self._end
+        seg = self._segments[-1]
+        offset = max(offset, self._start, seg.base)
+        if offset >= end:
+            return Tail(end, end)
+        idx = seg.idx
+        k = bisect_right(idx.offsets, offset) - 1
+        if k < 0:
+            raise CorruptLogError(f"{seg.log_path}: offset {offset} is before the segment")
+        pos = idx.positions[k]
+        if seg.size - pos > max_bytes:  # the last index entries' batches only
+            k = bisect_left(idx.positions, seg.size - max_bytes)
+            if k == len(idx):
+                return Tail(end, end)
+            pos = idx.positions[k]
+            offset = idx.offsets[k]
+        handle = seg.data
+        data = memoryview(pread_exact(handle.fd, seg.size - pos, pos, seg.log_path))
+        at = 0  # to the batch holding offset, from its index entry (as Segment.locate walks)
+        while True:
+            if len(data) - at < HEADER_SIZE:
+                raise CorruptLogError(f"{seg.log_path}: no batch holds offset {offset}")
+            base, length, magic, lod = LEAN_HEADER.unpack_from(data, at)
+            if length < HEADER_SIZE or magic != MAGIC:
+                raise CorruptLogError(
+                    f"{seg.log_path}: unreadable batch header at position {pos + at} "
+                    f"(length {length}, magic {magic})"
+                )
+            if base > offset:
+                raise CorruptLogError(f"{seg.log_path}: no batch holds offset {offset}")
+            if offset <= base + lod:
+                break
+            at += length
+        headers: list[BatchHeader] = []
+        views = _checked_batches(seg, data[at:], pos + at, base, headers)
+        return Tail(base, end, [h.base_offset for h in headers], views, headers)
+
     def segment_bases(self) -> list[int]:
         """First offset of every segment, oldest first."""
         return list(self._bases)
@@ -655,7 +750,7 @@ class PartitionLog:
         fsync_dir(self._dir)
         if not marker_first:
             write_start(self._dir, start_offset, prev_term)
-        seg = Segment.create(self._dir, start_offset, self.config.index_interval_bytes)
+        seg = Segment.create(self._dir_str, start_offset, self.config.index_interval_bytes)
         self._hook(seg)
         self._open_sealed.clear()
         fsync_dir(self._dir)
@@ -811,10 +906,16 @@ def _verify_segment(seg: Segment) -> int:
     return count
 
 
-def _checked_batches(seg: Segment, data: memoryview, pos: int, offset: int) -> list[memoryview]:
+def _checked_batches(
+    seg: Segment,
+    data: memoryview,
+    pos: int,
+    offset: int,
+    headers: list[BatchHeader] | None = None,
+) -> list[memoryview]:
     """Split whole batches read at ``pos`` (the first holding ``offset``), checking what a
     replica must never pass on damaged: length, crc32c, and the offsets and term stamped
-    outside the crc."""
+    outside the crc. Their headers go to ``headers`` if given."""
     out: list[memoryview] = []
     at = 0
     while at < len(data):
@@ -836,6 +937,8 @@ def _checked_batches(seg: Segment, data: memoryview, pos: int, offset: int) -> l
         if why:
             raise CorruptLogError(f"{seg.log_path}: corrupt batch at position {pos + at}: {why}")
         out.append(data[at : at + size])
+        if headers is not None:
+            headers.append(h)
         offset = h.next_offset
         at += size
     return out

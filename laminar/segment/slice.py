@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -23,7 +24,7 @@ class LogSlice:
     def __init__(
         self,
         handle: FileHandle | None,
-        path: Path,
+        path: str | Path,
         position: int,
         length: int,
         base_offset: int,
@@ -39,7 +40,8 @@ class LogSlice:
 
     def __repr__(self) -> str:
         return (
-            f"LogSlice({self.path.name}, position={self.position}, length={self.length}, "
+            f"LogSlice({os.path.basename(self.path)}, position={self.position}, "
+            f"length={self.length}, "
             f"offsets=[{self.base_offset}, {self.next_offset}))"
         )
 

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from laminar.raft import EntryKind
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
+
+if TYPE_CHECKING:
+    from laminar.segment.log import Tail
 
 SEAL_KIND = 0x534C  # "SL"
 _SEAL_KEY = struct.pack(">H", SEAL_KIND)
@@ -25,6 +29,11 @@ a seal only control batches (Raft no-ops, configuration, queue state) are append
 stops at the first record batch (no seal after it: one read for most logs). A seal buried
 under more control batches than this is not found here; by then the split has long finished
 and the metadata (the partition is ``sealed``) refuses writes anyway."""
+
+
+_RAFT_NOOP = record_batch.control_batch(int(EntryKind.NOOP), b"", 0)[16:]
+"""A Raft no-op batch after its stamp: the same bytes in every one (``control_entry_batch``),
+and most control batches are no-ops; comparing costs a tenth of decoding one."""
 
 
 def seal_batch(op_id: str, now_ms: int) -> bytes:
@@ -37,18 +46,28 @@ def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
     """Whether a stored batch is a seal (cheap unless it is a control batch)."""
     if not record_batch.is_control(header) or header.record_count != 1:
         return False  # a seal is one record (queue state batches usually hold many)
+    if batch[16:] == _RAFT_NOOP:
+        return False
     records = record_batch.decode_records(batch)
     return bool(records) and records[0].key == _SEAL_KEY
 
 
-def find_seal(log: Any) -> int | None:
-    """The offset of the seal batch in ``log`` (a PartitionLog), or None."""
+def find_seal(log: Any, tail: Tail | None = None) -> int | None:
+    """The offset of the seal batch in ``log`` (a PartitionLog), or None. ``tail``: the log's
+    last batches as read on open (``PartitionLog.read_tail``), used as far as they reach."""
+    if tail is not None and tail.end != log.end_offset:
+        tail = None  # (read before the log changed)
     offset = log.end_offset - 1
     for _ in range(SCAN_BATCHES):
         if offset < log.start_offset:
             return None
-        (batch,) = log.batches(offset, offset + 1, 1)[:1]
-        header = record_batch.read_header(batch)
+        if tail is not None and offset >= tail.start:
+            i = tail.find(offset)
+            batch: bytes | memoryview = tail.views[i]
+            header = tail.headers[i]
+        else:
+            (batch,) = log.batches(offset, offset + 1, 1)[:1]
+            header = record_batch.read_header(batch)
         if not record_batch.is_control(header):
             return None
         if is_seal(batch, header):
