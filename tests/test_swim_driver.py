@@ -106,6 +106,28 @@ async def test_stopped_member_is_detected_dead_and_events_published(
     assert cluster[0].stats.callback_errors == len(seen)
 
 
+@pytest.mark.parametrize("first_incarnation", [0, 1_000])
+async def test_a_restarted_member_starting_above_its_old_incarnation_needs_no_refutation(
+    cluster: list[SwimDriver], first_incarnation: int
+) -> None:
+    # A crashed node comes back on a new port. Its peers hold it dead at incarnation 0: one
+    # restarting at 0 is believed only after it heard that and refuted it; one starting
+    # above (a node passes its start time in ms) is alive at its first message.
+    await cluster[2].stop()
+    others = (cluster[0], cluster[1], cluster[3])
+    await wait_for(lambda: all(states(d)[3] is MemberState.DEAD for d in others), 15, "death")
+    seed = cluster[0].address
+    back = SwimDriver(
+        3, {"raft": "127.0.0.1:9003"}, _config(3), [seed], TICK, incarnation=first_incarnation
+    )
+    await back.start("127.0.0.1", 0)
+    try:
+        await wait_for(lambda: all(states(d)[3] is MemberState.ALIVE for d in others), 10, "life")
+        assert (back.core.stats.refutations > 0) == (first_incarnation == 0)
+    finally:
+        await back.stop()
+
+
 async def test_accused_member_refutes_with_higher_incarnation(cluster: list[SwimDriver]) -> None:
     target = cluster[1]
     before = target.core.incarnation

@@ -133,7 +133,12 @@ class Swim:
         meta: Mapping[str, str] | None = None,
         config: SwimConfig | None = None,
         seeds: list[str] | None = None,
+        incarnation: int = 0,
     ) -> None:
+        """``incarnation`` is this member's first: a restarted member that starts above
+        whatever its previous life reached is taken for alive at its first message, where
+        one starting at 0 must first hear itself declared dead and refute it (see
+        ``SwimDriver``)."""
         if node_id <= 0:
             raise ValueError("node_id must be a positive integer (0 means 'nobody' on the wire)")
         self.config = config or SwimConfig()
@@ -141,7 +146,9 @@ class Swim:
         self._id = node_id
         self._rng = random.Random(self.config.seed)
         self._now = 0
-        self._self = Member(node_id, address, 0, MemberState.ALIVE, dict(meta or {}))
+        if not 0 <= incarnation < MAX_INCARNATION:
+            raise ValueError(f"incarnation must be in [0, {MAX_INCARNATION})")
+        self._self = Member(node_id, address, incarnation, MemberState.ALIVE, dict(meta or {}))
         self._check_size()
         self._members: dict[int, Member] = {node_id: self._self}
         self._live_count = 1

@@ -159,6 +159,7 @@ class Node:
             seeds=[a for n, a in config.peers.items() if n != self.node_id] + config.join,
             advertise=config.advertise_peer,
             keyring=config.security.gossip_keyring(),
+            incarnation=time.time_ns() // 1_000_000,  # (above any a previous life reached)
         )
         self.placement = Placement(self)
         self.groups = GroupService(
