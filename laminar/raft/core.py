@@ -650,9 +650,10 @@ class RaftNode:
     def _step(self, m: Message) -> None:
         t = m.type
         if t not in _LIVENESS_TYPES:
-            if self._quiesced and self.role == FOLLOWER and self.lead not in (0, m.frm):
-                self._tell_leader_awake()
+            woken = self._quiesced and self.role == FOLLOWER and self.lead not in (0, m.frm)
             self._quiesced = False
+            if woken:
+                self._tell_leader_awake()
             pr = self.prs.get(m.frm)
             if pr is not None:
                 pr.woken()  # (it is awake: heartbeat it again)
@@ -708,15 +709,22 @@ class RaftNode:
         leader, which counts it asleep and sends it no heartbeats (``_bcast_heartbeat``):
         a flagged heartbeat answer, which a quiet leader answers with a quiescing heartbeat.
         Without it, each woken follower timed out and pre-voted in turn, waking the next."""
+        self._answer_heartbeat(self.lead, self._hb_seen, woken=True)
+
+    def _answer_heartbeat(self, to: int, index: int, ctx: bytes = b"", woken: bool = False) -> None:
+        """A heartbeat answer: the round answered, the commit, whether this replica sleeps
+        (the leader then counts it asleep), and ``woken`` (reject) for ``_tell_leader_awake``."""
         self._send(
             Message(
                 HEARTBEAT_RESP,
-                self.lead,
+                to,
                 self.id,
                 self.term,
-                index=self._hb_seen,
+                index=index,
+                context=ctx,
                 commit=self.commit,
-                reject=True,
+                quiesce=self._quiesced,
+                reject=woken,
             )
         )
 
@@ -852,18 +860,7 @@ class RaftNode:
         if m.index >= self._hb_seen:
             self._hb_seen = m.index
             self._quiesced = m.quiesce and m.frm not in self._down
-        self._send(
-            Message(
-                HEARTBEAT_RESP,
-                m.frm,
-                self.id,
-                self.term,
-                index=m.index,
-                context=m.context,
-                commit=self.commit,
-                quiesce=self._quiesced,
-            )
-        )
+        self._answer_heartbeat(m.frm, m.index, m.context)
 
     def _handle_reset(self, m: Message) -> None:
         start = m.index + 1
