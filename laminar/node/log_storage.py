@@ -16,7 +16,7 @@ from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import ATTR_CONTROL
 from laminar.segment.log import PartitionLog, Tail
-from laminar.splits.seal import find_seal, is_seal
+from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
 TAIL_BYTES = 8 << 20
@@ -32,8 +32,6 @@ def control_entry_batch(entry: Entry) -> bytearray:
 
 
 _CORE_KINDS = frozenset((EntryKind.NOOP, EntryKind.CONFIG))
-_NOOP_BODY = bytes(control_entry_batch(Entry(0, 0, 0, EntryKind.NOOP, b""))[16:])
-"""Every NOOP entry's batch after its stamp (no decoding for the commonest control batch)."""
 
 
 def batch_to_entry(view: memoryview) -> Entry:
@@ -43,7 +41,7 @@ def batch_to_entry(view: memoryview) -> Entry:
     header = record_batch.read_header(view)
     last = header.base_offset + header.last_offset_delta
     if record_batch.is_control(header):
-        if view[16:] == _NOOP_BODY:
+        if is_raft_noop(view):  # (no decoding for the commonest control batch)
             return Entry(header.term, header.base_offset, last, EntryKind.NOOP, b"")
         record = record_batch.decode_records(view)[0]
         kind = _KIND.unpack(record.key or b"\0\0")[0]

@@ -31,9 +31,14 @@ under more control batches than this is not found here; by then the split has lo
 and the metadata (the partition is ``sealed``) refuses writes anyway."""
 
 
-_RAFT_NOOP = record_batch.control_batch(int(EntryKind.NOOP), b"", 0)[16:]
+_RAFT_NOOP = record_batch.control_batch(int(EntryKind.NOOP), b"", 0)[record_batch.STAMP.size :]
 """A Raft no-op batch after its stamp: the same bytes in every one (``control_entry_batch``),
 and most control batches are no-ops; comparing costs a tenth of decoding one."""
+
+
+def is_raft_noop(batch: bytes | memoryview) -> bool:
+    """Whether a stored batch is a Raft no-op (``LogStorage`` writes them; see _RAFT_NOOP)."""
+    return batch[record_batch.STAMP.size :] == _RAFT_NOOP
 
 
 def seal_batch(op_id: str, now_ms: int) -> bytes:
@@ -46,7 +51,7 @@ def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
     """Whether a stored batch is a seal (cheap unless it is a control batch)."""
     if not record_batch.is_control(header) or header.record_count != 1:
         return False  # a seal is one record (queue state batches usually hold many)
-    if batch[16:] == _RAFT_NOOP:
+    if is_raft_noop(batch):
         return False
     records = record_batch.decode_records(batch)
     return bool(records) and records[0].key == _SEAL_KEY
