@@ -810,6 +810,19 @@ def _restarted_resting(net: Net, nid: int) -> RaftNode:
     return node
 
 
+def _returning_node_probed(net: Net) -> tuple[RaftNode, list[Message]]:
+    """Node 3 misses a write, restarts resting and is reported up: the leader's append to
+    it, taken before any tick (not delivered)."""
+    net.isolate(3)
+    net[1].propose(b"written while 3 was away")
+    net.deliver()
+    node = _restarted_resting(net, 3)
+    assert net[1].report_node_up(3)
+    probe = net.take()  # before any tick: no heartbeat round trip first
+    assert [(m.type, m.to) for m in probe] == [(MessageType.APPEND, 3)]
+    return node, probe
+
+
 def test_a_resting_replica_does_not_campaign_and_a_quiet_leader_calls_it_once() -> None:
     net = leader_net()
     node = _restarted_resting(net, 3)
@@ -828,15 +841,8 @@ def test_a_resting_replica_does_not_campaign_and_a_quiet_leader_calls_it_once() 
 
 def test_a_leader_owing_a_returning_node_entries_sends_them_at_once() -> None:
     net = leader_net()
-    net.isolate(3)
-    net[1].propose(b"written while 3 was away")
-    net.deliver()
-    node = _restarted_resting(net, 3)
-    net.sent.clear()
-    assert net[1].report_node_up(3)
-    messages = net.take()  # before any tick: no heartbeat round trip first
-    assert [(m.type, m.to) for m in messages] == [(MessageType.APPEND, 3)]
-    for m in messages:
+    node, probe = _returning_node_probed(net)
+    for m in probe:
         node.step(m)  # an append wakes the resting replica
     assert not node.quiesced and node.leader_id == 1
     net.deliver()
@@ -862,14 +868,8 @@ def test_an_asleep_follower_gets_no_heartbeats_while_a_returning_node_catches_up
     # leader ticks, but sends 2 nothing (2 does not tick: nothing to keep from campaigning),
     # and the answer that brings 3 level puts the group back to sleep without waiting a tick.
     net = leader_net()
-    net.isolate(3)
-    net[1].propose(b"written while 3 was away")
-    net.deliver()
-    node = _restarted_resting(net, 3)
+    node, probe = _returning_node_probed(net)
     assert net[2].quiesced
-    assert net[1].report_node_up(3)
-    probe = net.take()
-    assert [(m.type, m.to) for m in probe] == [(MessageType.APPEND, 3)]
     net.tick(1, 3)  # node 3's answer is slow
     assert not [m for m in net.take() if m.to == 2]
     for m in probe:
