@@ -24,7 +24,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,46 +174,39 @@ class CeilingReader(DataSourceReader):
             left -= n
 
 
-async def fill_topic(bootstrap: str, records: int, partitions: int) -> bool:
-    """Create and fill the topic; False if it already exists (a reused cluster)."""
+async def fill_topic(
+    bootstrap: str, topic: str, partitions: int, records: Iterable[MixRecord]
+) -> bool:
+    """Create ``topic`` and fill it with the public Producer, one ``send`` per record, record
+    i to partition i % partitions (so every partition holds as many as the ceiling's); False
+    if it already exists (a reused cluster)."""
     async with Admin(bootstrap) as admin:
-        if TOPIC in await admin.list_topics():
+        if topic in await admin.list_topics():
             return False
-        await admin.create_topic(TOPIC, partitions=partitions, replication_factor=3)
-        await admin.cluster.wait_for_topic(TOPIC, 30)
+        await admin.create_topic(topic, partitions=partitions, replication_factor=3)
+        await admin.cluster.wait_for_topic(topic, 30)
+    async with Producer(bootstrap, linger_ms=5) as producer:
+        last = None
+        for i, (key, value, headers) in enumerate(records):
+            last = await producer.send(
+                topic, value, key=key, headers=headers, partition=i % partitions
+            )
+        await producer.flush()
+        assert last is not None
+        await last
+    return True
+
+
+def plain_records(count: int) -> Iterator[MixRecord]:
+    """The plain topic's records: keyless, VALUE_BYTES each, no headers."""
     value = b"x" * VALUE_BYTES
-    async with Producer(bootstrap, linger_ms=5) as producer:
-        last = None
-        for i in range(records):
-            last = await producer.send(TOPIC, value, partition=i % partitions)
-        await producer.flush()
-        assert last is not None
-        await last
-    return True
+    return ((None, value, []) for _ in range(count))
 
 
-async def fill_mix_topic(bootstrap: str, records: int, partitions: int) -> bool:
-    """Create and fill the mix topic with the public Producer, one ``send`` per record (its
-    headers differ from record to record); False if it already exists."""
-    async with Admin(bootstrap) as admin:
-        if MIX_TOPIC in await admin.list_topics():
-            return False
-        await admin.create_topic(MIX_TOPIC, partitions=partitions, replication_factor=3)
-        await admin.cluster.wait_for_topic(MIX_TOPIC, 30)
-    async with Producer(bootstrap, linger_ms=5) as producer:
-        last = None
-        # Record i goes to partition i % partitions (as the plain topic), so every partition
-        # holds the same number of records as the ceiling's. Generated 50,000 at a time.
-        for first in range(0, records, 50_000):
-            chunk = mix_records(1 + first, min(50_000, records - first))
-            for i, (key, value, headers) in enumerate(chunk, first):
-                last = await producer.send(
-                    MIX_TOPIC, value, key=key, headers=headers, partition=i % partitions
-                )
-        await producer.flush()
-        assert last is not None
-        await last
-    return True
+def mix_stream(count: int) -> Iterator[MixRecord]:
+    """The mix topic's records, generated 50,000 at a time as the producer takes them."""
+    for first in range(0, count, 50_000):
+        yield from mix_records(1 + first, min(50_000, count - first))
 
 
 def make_spark(workdir: Path, cores: int) -> SparkSession:
@@ -274,11 +267,13 @@ def main() -> None:
             asyncio.run(cluster.wait_ready(60))
         bootstrap = args.bootstrap or cluster.bootstrap
         started = time.perf_counter()
-        if asyncio.run(fill_topic(bootstrap, args.records, args.partitions)):
+        if asyncio.run(fill_topic(bootstrap, TOPIC, args.partitions, plain_records(args.records))):
             produce_s = time.perf_counter() - started
             print(f"produced {args.records} records in {produce_s:.1f} s", flush=True)
         started = time.perf_counter()
-        if asyncio.run(fill_mix_topic(bootstrap, args.mix_records, args.partitions)):
+        if asyncio.run(
+            fill_topic(bootstrap, MIX_TOPIC, args.partitions, mix_stream(args.mix_records))
+        ):
             mix_produce_s = time.perf_counter() - started
             print(f"produced {args.mix_records} mix records in {mix_produce_s:.1f} s", flush=True)
         sample = mix_records(0, 20_000)
