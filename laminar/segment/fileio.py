@@ -73,10 +73,11 @@ class FileHandle:
         self.close()
 
 
-def open_append(path: str | Path, create: bool = True) -> FileHandle:
-    """Read/write, every write at the end (so a write after ftruncate never leaves a hole)."""
+def open_append(path: str | Path, create: bool = True, truncate: bool = False) -> FileHandle:
+    """Read/write, every write at the end (so a write after ftruncate never leaves a hole);
+    ``truncate`` empties a file that exists."""
     flags = os.O_RDWR | os.O_APPEND | (os.O_CREAT if create else 0)
-    return FileHandle(path, flags)
+    return FileHandle(path, flags | (os.O_TRUNC if truncate else 0))
 
 
 def pread_exact(fd: int, length: int, position: int, path: str | Path | None = None) -> bytes:

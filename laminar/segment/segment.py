@@ -84,11 +84,14 @@ class Segment:
 
     @classmethod
     def create(cls, directory: str | Path, base: int, interval: int) -> Segment:
+        """A new, empty segment: its data file only. The index files appear with their first
+        entries (``write_pending``), and one that is absent reads as empty: creating all
+        three files up front was a fifth of a node's CPU while it created 10,000 replicas."""
         seg = cls(directory, base, interval)
-        for path in (seg.log_path, seg.index_path, seg.time_path):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            os.close(fd)
-        seg.data = open_append(seg.log_path)
+        for path in (seg.index_path, seg.time_path):  # (a leftover of an earlier life)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        seg.data = open_append(seg.log_path, truncate=True)
         return seg
 
     def attach(
