@@ -19,7 +19,7 @@ import pytest
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.errors import InvalidRequestError, LaminarError
-from laminar.node.amnesia import MARKERS_DIR, Amnesia
+from laminar.node.amnesia import CREATED_FILE, MARKERS_DIR, Amnesia
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import MetadataState, Recovery, Topic, group_id
 from laminar.node.node import Node
@@ -493,7 +493,7 @@ def test_markers_read_back_the_same_after_restarts(tmp_path: Path) -> None:
     first.lose(2)
     first.lose(3)
     assert first.recovered(3, first.incident(3), term=9)
-    assert (tmp_path / MARKERS_DIR / "plain.json").stat().st_size == 0
+    assert not (tmp_path / MARKERS_DIR / "plain.json").exists()  # a line of created.log
     incident = first.incident(2)
 
     restarted = Amnesia(tmp_path)
@@ -503,7 +503,7 @@ def test_markers_read_back_the_same_after_restarts(tmp_path: Path) -> None:
     assert not restarted.opening(3, "readmitted", tmp_path / "readmitted", exists=True)
     assert restarted.markers[3][1].vote_floor == 9 and restarted.filtering
     assert not restarted.opening(4, "new", tmp_path / "new", exists=False)  # no marker yet
-    assert (tmp_path / MARKERS_DIR / "new.json").stat().st_size == 0
+    assert "+new\n" in (tmp_path / MARKERS_DIR / CREATED_FILE).read_text()
 
     # the caller's look at the directory decides, as the directory itself does without one
     again = Amnesia(tmp_path)
@@ -511,3 +511,47 @@ def test_markers_read_back_the_same_after_restarts(tmp_path: Path) -> None:
     assert Amnesia(tmp_path).opening(1, "plain", tmp_path / "plain"), "and stays lost"
     shutil.rmtree(tmp_path / "readmitted")
     assert Amnesia(tmp_path).opening(3, "readmitted", tmp_path / "readmitted")
+
+
+def test_default_markers_are_lines_of_one_file_that_survive_a_torn_tail(tmp_path: Path) -> None:
+    """New replicas' markers are lines of created.log, durable with sync_markers; a line cut
+    short by a crash counts for nothing (never synced: no replica took part under it) and is
+    cut away, so later lines are whole."""
+    amnesia = Amnesia(tmp_path)
+    for name in ("a", "b"):
+        assert not amnesia.opening(1, name, tmp_path / name, durable=False, exists=False)
+    amnesia.sync_markers()
+    created = tmp_path / MARKERS_DIR / CREATED_FILE
+    assert created.read_text() == "+a\n+b\n"
+    assert list((tmp_path / MARKERS_DIR).glob("*.json")) == []
+    with created.open("a") as file:
+        file.write("+c")  # torn: no newline
+    restarted = Amnesia(tmp_path)
+    assert restarted.opening(1, "a", tmp_path / "a", exists=False), "created, directory gone"
+    assert not restarted.opening(2, "c", tmp_path / "c", exists=False), "never created"
+    assert "+c\n" in created.read_text() and "+c+" not in created.read_text()
+    assert Amnesia(tmp_path).opening(3, "b", tmp_path / "b", exists=False)
+
+
+def test_forgotten_markers_leave_created_log_and_it_is_compacted(tmp_path: Path) -> None:
+    amnesia = Amnesia(tmp_path)
+    names = [f"r{i}" for i in range(10)]
+    for name in names:
+        amnesia.opening(1, name, tmp_path / name, exists=False)
+    for name in names[:8]:
+        amnesia.forget(name)
+    created = tmp_path / MARKERS_DIR / CREATED_FILE
+    assert created.read_text().count("\n") == 18  # (forgetting appends)
+    restarted = Amnesia(tmp_path)
+    for name in names[:8]:  # gone: a replica of that name would be new
+        assert not restarted.opening(1, name, tmp_path / name, exists=False)
+    assert restarted.opening(2, "r9", tmp_path / "r9", exists=False)
+    assert created.read_text().startswith("+r8\n+r9\n")  # compacted on reading
+
+
+def test_an_older_empty_marker_file_still_reads_as_the_default(tmp_path: Path) -> None:
+    (tmp_path / MARKERS_DIR).mkdir()
+    (tmp_path / MARKERS_DIR / "old.json").write_bytes(b"")
+    amnesia = Amnesia(tmp_path)
+    assert amnesia.opening(1, "old", tmp_path / "old", exists=False), "created before: lost"
+    assert not amnesia.opening(2, "fresh", tmp_path / "fresh", exists=False)

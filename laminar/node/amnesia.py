@@ -4,11 +4,13 @@ Raft assumes a voter's log and vote survive restarts. A replica whose directory 
 or whose log lost acknowledged batches, breaks that: with an empty log and no vote it would
 grant votes to candidates lacking committed entries, and could vote twice in one term.
 
-Every replica this node creates gets a marker, ``<data_dir>/replicas/<name>.json``, written
-durably before the replica takes part in its group. Opening a replica whose marker exists but
-whose directory is gone means the replica lost its state. Such a replica is *gated* until its
-group re-admits it: it grants no vote, never campaigns and ignores leader transfers; its
-acknowledgements stay truthful (it acks only what it holds durably), so nothing else changes.
+Every replica this node creates gets a marker, written durably before the replica takes part
+in its group: a line in ``<data_dir>/replicas/created.log`` while it holds the default, a file
+``<data_dir>/replicas/<name>.json`` once it holds more (a loss, a vote floor). Opening a
+replica whose marker exists but whose directory is gone means the replica lost its state.
+Such a replica is *gated* until its group re-admits it: it grants no vote, never campaigns
+and ignores leader transfers; its acknowledgements stay truthful (it acks only what it holds
+durably), so nothing else changes.
 The group's leader removes it from the voters, adds it back as a learner, promotes it once it
 holds the leader's whole log (``rebalance.advance_recovery``) and commits ``replica_recovered``
 in the metadata; applying that lifts the gate. From then on the replica grants no vote in a
@@ -38,6 +40,10 @@ log = structlog.get_logger(__name__)
 MARKERS_DIR = "replicas"
 IDENTITY_FILE = "identity.json"
 WATERMARKS_FILE = "watermarks.json"
+CREATED_FILE = "created.log"
+"""The replicas created here whose marker is the default: ``+<name>`` lines, ``-<name>`` once
+forgotten. One file appended and fdatasynced once per slice of new replicas: creating a file
+per replica cost 0.6-0.8 ms of CPU each on this machine's ext4, seconds for a big topic."""
 _ELECTION = frozenset({MessageType.VOTE, MessageType.PRE_VOTE, MessageType.TIMEOUT_NOW})
 _CANDIDACY = frozenset({MessageType.VOTE, MessageType.PRE_VOTE})
 
@@ -74,7 +80,14 @@ class Amnesia:
         self.gated: set[int] = set()
         """Groups whose replica lost state and is not yet re-admitted."""
         self._floors: dict[int, int] = {}
+        self._created: set[str] | None = None
+        """Names in ``created.log`` (read at first use)."""
+        self._unwritten: list[str] = []
+        """Lines owed to ``created.log``."""
         self._unsynced = False
+        """``created.log`` has lines of new replicas not yet synced (``sync_markers`` owed)."""
+        self._entry_synced = False
+        """The markers directory was synced since this process wrote ``created.log``."""
 
     def _path(self, name: str) -> Path:
         return self.directory / f"{name}.json"
@@ -84,21 +97,65 @@ class Amnesia:
         write_atomic(self._path(name), json.dumps(asdict(marker)).encode())
 
     def _create_plain(self, name: str) -> None:
-        """A new replica's marker holds nothing but the default: an empty file, made durable
-        by one fsync of the markers directory (``sync_markers``) for a whole batch of them."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(self._path(name), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+        """A new replica's marker holds nothing but the default: a line of ``created.log``,
+        durable with the next ``sync_markers`` (one for a whole slice of new replicas)."""
+        self._created_names().add(name)
+        self._unwritten.append(f"+{name}\n")
         self._unsynced = True
 
     def sync_markers(self) -> None:
         """Make the markers created by ``opening(..., durable=False)`` durable."""
         if self._unsynced:
-            fsync_dir(self.directory)
+            self._write_created(sync=True)
             self._unsynced = False
 
+    def _created_names(self) -> set[str]:
+        if self._created is None:
+            self._created = self._read_created()
+        return self._created
+
+    def _read_created(self) -> set[str]:
+        path = self.directory / CREATED_FILE
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return set()
+        # A line cut short by a crash was never synced: no replica took part under it.
+        whole = data[: data.rfind(b"\n") + 1]
+        names: set[str] = set()
+        forgotten = 0
+        for line in whole.decode("utf-8").splitlines():
+            if line.startswith("+"):
+                names.add(line[1:])
+            elif line.startswith("-"):
+                names.discard(line[1:])
+                forgotten += 1
+        if len(whole) < len(data) or forgotten > len(names):  # cut the torn line, or compact
+            text = "".join(f"+{name}\n" for name in sorted(names))
+            write_atomic(path, text.encode("utf-8"))
+        return names
+
+    def _write_created(self, sync: bool) -> None:
+        lines, self._unwritten = self._unwritten, []
+        path = self.directory / CREATED_FILE
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            data = "".join(lines).encode("utf-8")
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
+            if sync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if sync and not self._entry_synced:  # (the file's own entry, once per process)
+            fsync_dir(self.directory)
+            self._entry_synced = True
+
     def _read(self, name: str) -> Marker | None:
-        # One stat tells what nearly every marker holds: an empty file is the default (see
-        # _create_plain). Opening and reading each was a sixth of a 10,000-replica restart.
+        # A marker file, if any, holds more than the default (older versions also wrote the
+        # default as an empty file); else the name in created.log is the default.
         path = f"{self._directory}/{name}.json"
         try:
             info = os.stat(path)
@@ -107,7 +164,7 @@ class Amnesia:
             with open(path, encoding="utf-8") as file:
                 text = file.read()
         except FileNotFoundError:
-            return None
+            return Marker() if name in self._created_names() else None
         if not text:
             return Marker()  # (emptied since the stat)
         data = json.loads(text)
@@ -290,9 +347,15 @@ class Amnesia:
         self._floors.pop(group, None)
 
     def forget(self, name: str) -> None:
-        """The replica's files are deleted for good (topic deleted, replica moved away)."""
+        """The replica's files are deleted for good (topic deleted, replica moved away).
+        Like the unlink of a marker file, its line is forgotten without a sync."""
         self._path(name).unlink(missing_ok=True)
         self._watermarks.pop(name, None)
+        created = self._created_names()
+        if name in created:
+            created.discard(name)
+            self._unwritten.append(f"-{name}\n")
+            self._write_created(sync=False)
 
     # message filters ---------------------------------------------------------------------
     def may_campaign(self, group: int) -> bool:
