@@ -136,12 +136,11 @@ class Amnesia:
         return names
 
     def _write_created(self, sync: bool) -> None:
-        lines, self._unwritten = self._unwritten, []
         path = self.directory / CREATED_FILE
+        data = "".join(self._unwritten).encode("utf-8")
         self.directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            data = "".join(lines).encode("utf-8")
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
@@ -149,6 +148,7 @@ class Amnesia:
                 os.fdatasync(fd)
         finally:
             os.close(fd)
+        self._unwritten.clear()  # (only once written: a failed write is tried again)
         if sync and not self._entry_synced:  # (the file's own entry, once per process)
             fsync_dir(self.directory)
             self._entry_synced = True
