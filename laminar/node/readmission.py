@@ -83,9 +83,13 @@ class Readmission:
                 self.amnesia.recovered(replica.group, command["incident"], replica.raft.term)
 
     async def watermark_loop(self) -> None:
+        """Note the durable offsets that passes moved, and save them about once a second.
+        (Only passes move them up; what moves one down, a cut, lowers its watermark first:
+        ``Amnesia.cutting``.)"""
         while True:
             await asyncio.sleep(WATERMARK_SAVE_SECONDS)
-            for replica in list(self.runtime.replicas.values()):
+            moved, self.runtime.flushed = self.runtime.flushed, set()
+            for replica in moved:
                 if not replica.closed:
                     self.amnesia.note_durable(replica.group, replica.log.durable_offset)
             await asyncio.to_thread(self.amnesia.save_watermarks)
