@@ -33,7 +33,7 @@ import structlog
 from laminar.errors import InvalidRequestError
 from laminar.node.raft_codec import GroupMessage
 from laminar.raft import Message, MessageType
-from laminar.segment.fileio import fsync_dir, write_atomic
+from laminar.segment.fileio import append_whole, fsync_dir, write_atomic
 
 log = structlog.get_logger(__name__)
 
@@ -136,18 +136,8 @@ class Amnesia:
         return names
 
     def _write_created(self, sync: bool) -> None:
-        path = self.directory / CREATED_FILE
-        data = "".join(self._unwritten).encode("utf-8")
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            written = os.write(fd, data)
-            if written != len(data):
-                raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
-            if sync:
-                os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        append_whole(self.directory / CREATED_FILE, "".join(self._unwritten).encode(), sync=sync)
         self._unwritten.clear()  # (only once written: a failed write is tried again)
         if sync and not self._entry_synced:  # (the file's own entry, once per process)
             fsync_dir(self.directory)

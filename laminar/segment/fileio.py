@@ -80,6 +80,20 @@ def open_append(path: str | Path, create: bool = True, truncate: bool = False) -
     return FileHandle(path, flags | (os.O_TRUNC if truncate else 0))
 
 
+def append_whole(path: str | Path, data: bytes | bytearray, *, sync: bool = False) -> None:
+    """Append to a small file through a descriptor of its own, closed at once (created if
+    missing); with ``sync`` fdatasynced before it is closed."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def pread_exact(fd: int, length: int, position: int, path: str | Path | None = None) -> bytes:
     """pread that loops over short reads; a read past the end raises CorruptLogError."""
     data = os.pread(fd, length, position)

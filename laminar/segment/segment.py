@@ -27,7 +27,7 @@ import structlog
 from laminar.errors import CorruptBatchError, CorruptLogError
 from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, read_header, verify_batch
 from laminar.segment.descriptors import DescriptorCache
-from laminar.segment.fileio import FileHandle, open_append, pread_exact
+from laminar.segment.fileio import FileHandle, append_whole, open_append, pread_exact
 from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
 
 log = structlog.get_logger(__name__)
@@ -379,10 +379,10 @@ class Segment:
         while active). The files are opened for the write only: entries come a few KiB at a
         time, and a node hosting thousands of replicas cannot keep two descriptors each."""
         if self._pending_idx:
-            _append_whole(self.index_path, self._pending_idx)
+            append_whole(self.index_path, self._pending_idx)
             self._pending_idx.clear()
         if self._pending_time:
-            _append_whole(self.time_path, self._pending_time)
+            append_whole(self.time_path, self._pending_time)
             self._pending_time.clear()
 
     def seal(self) -> None:
@@ -662,16 +662,5 @@ def _write_whole(path: str, data: bytes, *, sync: bool = True) -> None:
             os.write(fd, data)
         if sync:
             os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _append_whole(path: str, data: bytes | bytearray) -> None:
-    """Append to a small file through a descriptor of its own, closed at once."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise OSError(f"short write of {written} of {len(data)} bytes to {path}")
     finally:
         os.close(fd)
