@@ -23,6 +23,7 @@ violation raises ``SimFailure`` naming the seed and the command that replays it.
 from __future__ import annotations
 
 import heapq
+import os
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -321,7 +322,10 @@ class Sim:
     # ------------------------------------------------------------------ checks
 
     def fail(self, why: str) -> None:
-        tail = "\n".join(_format_event(t) for t in list(self.trace)[-40:])
+        tail = "\n".join(
+            _format_event(t)
+            for t in list(self.trace)[-int(os.environ.get("LAMINAR_SIM_TRACE", "40")) :]
+        )
         raise SimFailure(
             f"seed {self.seed} step {self.now}: {why}\nreplay: "
             f"{REPLAY.format(seed=self.seed)}\nlast events:\n{tail}"

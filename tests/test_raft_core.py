@@ -868,15 +868,58 @@ def test_a_resting_replica_does_not_campaign_and_a_quiet_leader_calls_it_once() 
 
 
 def test_a_leader_owing_a_returning_node_entries_sends_them_at_once() -> None:
+    # The append holds everything the node lacks, all committed, and node 2 holds it too:
+    # it puts the node to sleep once held, and its answer the group, with no heartbeat round.
     net = leader_net()
     node, probe = _returning_node_probed(net)
+    assert [m.quiesce for m in probe] == [True]
     for m in probe:
-        node.step(m)  # an append wakes the resting replica
-    assert not node.quiesced and node.leader_id == 1
+        node.step(m)
+    assert node.quiesced and node.leader_id == 1
+    assert node.last_index == net[1].last_index and node.commit == net[1].commit
+    net.sent.clear()
+    net.deliver()
+    assert [(m.type, m.quiesce) for m in net.sent] == [(MessageType.APPEND_RESP, True)]
+    assert net[1].quiesced and node.quiesced
+
+
+def test_a_second_up_report_of_the_same_return_sends_nothing_more() -> None:
+    # A node's return is reported twice (its connection, then its gossip). The second report
+    # reset what the leader knew it had sent, so every group of a restarted node heartbeated
+    # it (plainly, waking it) while the quiescing append was on its way: 1.3-1.7 heartbeats a
+    # group, then a quiescing round each. Now the append alone catches it up and quiets it.
+    net = leader_net()
+    node, probe = _returning_node_probed(net)
+    assert not net[1].report_node_up(3)
+    for _ in range(3):  # node 3 is slow to answer
+        net.tick(1)
+        assert [m for m in net.take() if m.to == 3 and not m.quiesce] == []
+    for m in probe:
+        node.step(m)
+    assert node.quiesced
+    net.sent.clear()
+    net.deliver()
+    assert [(m.type, m.quiesce) for m in net.sent] == [(MessageType.APPEND_RESP, True)]
+    assert net[1].quiesced and node.last_index == net[1].last_index
+
+
+def test_an_append_that_leaves_the_follower_behind_does_not_put_it_to_sleep() -> None:
+    # The leader has an uncommitted entry: the append cannot quiesce anyone, and the
+    # group quiesces only once the entry is committed and everyone was told.
+    net = leader_net()
+    net.cut.add((1, 2))  # node 2 does not get the next entry: it cannot commit on 3 alone
+    net.cut.add((1, 3))
+    net[1].propose(b"uncommitted")
+    appends = [m for m in net.take() if m.type == MessageType.APPEND]
+    assert appends and not any(m.quiesce for m in appends)
+    net.heal()
+    for m in appends:
+        net[m.to].step(m)
+    assert not net[2].quiesced and not net[3].quiesced
     net.deliver()
     net.tick_all(3)
-    assert node.last_index == net[1].last_index and node.commit == net[1].commit
-    assert net[1].quiesced and node.quiesced
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    assert net[2].commit == net[3].commit == net[1].commit == net[1].last_index
 
 
 def test_a_resting_replica_no_leader_calls_campaigns_once_woken() -> None:
@@ -901,14 +944,10 @@ def test_an_asleep_follower_gets_no_heartbeats_while_a_returning_node_catches_up
     net.tick(1, 3)  # node 3's answer is slow
     assert not [m for m in net.take() if m.to == 2]
     for m in probe:
-        node.step(m)
+        node.step(m)  # level, and asleep: the append said the group is quiet otherwise
     for m in net.take():
-        net[m.to].step(m)  # 3's answer: 3 is level
-    round_ = net.take()
-    assert [(m.type, m.to, m.quiesce) for m in round_] == [(MessageType.HEARTBEAT, 3, True)]
-    for m in round_:
-        net[m.to].step(m)
-    net.deliver()
+        net[m.to].step(m)  # 3's answer: 3 is level and asleep
+    assert net.take() == []  # no quiescing round: everyone already sleeps
     assert all(net[n].quiesced for n in (1, 2, 3))
     assert node.commit == net[1].commit == net[2].commit
 
