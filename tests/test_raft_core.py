@@ -542,22 +542,6 @@ def node_3_back_and_probed() -> Net:
     return net
 
 
-def test_nothing_is_sent_to_a_node_reported_down_and_it_is_caught_up_once_back() -> None:
-    net = leader_net()
-    net[1].report_node_down(3)
-    net.sent.clear()
-    for i in range(3):
-        net[1].propose(b"while 3 is down %d" % i)
-        net.deliver()
-        net.tick_all(1)
-    assert not [m for m in net.sent if m.to == 3 and m.frm == 1 and m.type == MessageType.APPEND]
-    assert net[1].commit == net[1].last_index  # (nodes 1 and 2 are a quorum)
-    assert net[1].report_node_up(3)
-    net.deliver()
-    net.tick_all(3)
-    assert net[3].last_index == net[1].last_index and net[3].commit == net[1].commit
-
-
 def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while() -> None:
     # A write the group cannot quiesce after (node 3 is being probed) is told committed by
     # an empty append; until node 2 answers it, a heartbeat would only ask what that answer

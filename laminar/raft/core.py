@@ -1044,11 +1044,7 @@ class RaftNode:
         return False
 
     def _send_append(self, to: int, pr: Progress, if_empty: bool) -> bool:
-        """Send ``to`` what it lacks (or, ``if_empty``, an empty append carrying the commit),
-        unless its window is full or it is reported down: that node would not get it, and
-        reading the entries for it cost each survivor of a dead node one log read per write
-        (``report_node_up`` probes it from its match when it is back)."""
-        if pr.paused() or to in self._down:
+        if pr.paused():
             return False
         log = self.log
         nxt = pr.next
