@@ -2,7 +2,8 @@
 
 ``LAMINAR_SIM_SEEDS=N`` runs N seeds (default 4000, which keeps the suite in its time budget)
 starting at ``LAMINAR_SIM_SEED_BASE`` (default 0), over two worker processes;
-``LAMINAR_SIM_SEED=S`` with ``-k replay`` replays one seed. The long mode is the same test with
+``LAMINAR_SIM_SEED=S`` with ``-k replay`` replays one seed (``LAMINAR_SIM_TRACE=N`` prints
+the last N events of a failure instead of 40). The long mode is the same test with
 more seeds, e.g. ``LAMINAR_SIM_SEEDS=200000 LAMINAR_SIM_SEED_BASE=1000000``.
 """
 
