@@ -253,7 +253,7 @@ def test_a_member_added_after_a_down_report_holds_off_quiescence() -> None:
     net.tick_all(3)
     assert not net[1].quiesced, "the new learner lags: the leader must keep heartbeating"
     net.heal()
-    for _ in range(10):  # (the probe lost to the isolation is sent again once overdue)
+    for _ in range(5):
         net.tick_all(1)
         net.deliver()
     assert net.entries(4) == net.entries(1)

@@ -151,12 +151,6 @@ class RaftNode:
         self._answer_wait_rounds = max(2, cfg.election_tick // (2 * max(1, cfg.heartbeat_tick)))
         """Heartbeat rounds a follower that owes an append's answer goes without a heartbeat:
         well within its election timeout (see ``_bcast_heartbeat``)."""
-        self._probe_resend_rounds = 2 * self._answer_wait_rounds
-        """Heartbeat rounds before a follower's heartbeat answer makes a probe in flight count
-        as lost and sends it again. Sooner, a follower slow to answer (a restarted node
-        catching up 10,000 groups) was sent each probe again with every heartbeat, and the
-        duplicates' answers woke the groups again after they had quiesced: 1.56 appends, 1.76
-        heartbeats and 1.66 quiescing heartbeats per group caught up."""
         self._hb_seen = -1  # newest heartbeat round seen from the current leader
         self._persisted = last  # what storage holds at construction is durable
         self._noop_index = _NO_LIMIT
@@ -943,8 +937,7 @@ class RaftNode:
             self._handle_append_resp(m, pr)
         elif t == HEARTBEAT_RESP:
             pr.recent_active = True
-            if self._hb_seq - pr.probe_round >= self._probe_resend_rounds:
-                pr.probe_sent = False  # (the append below probes again: the last may be lost)
+            pr.probe_sent = False
             if m.reject:  # it woke for another node's message (``_tell_leader_awake``)
                 pr.woken()
                 if self._quiesced:
@@ -1063,10 +1056,8 @@ class RaftNode:
                 pr.inflights.add(end, entries_size(ents))
             else:
                 pr.probe_sent = True
-                pr.probe_round = self._hb_seq
         elif pr.state == PROBE:
             pr.probe_sent = True
-            pr.probe_round = self._hb_seq
         pr.sent_commit = self.commit
         pr.sent_round = self._hb_seq
         pr.woken()

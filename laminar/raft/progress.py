@@ -63,7 +63,6 @@ class Progress:
         "learner",
         "match",
         "next",
-        "probe_round",
         "probe_sent",
         "quiesce_round",
         "recent_active",
@@ -80,8 +79,6 @@ class Progress:
         self.next = next_index
         self.state = PROBE
         self.probe_sent = False
-        self.probe_round = NEVER
-        """The leader's heartbeat round in which it sent the probe in flight (``probe_sent``)."""
         self.recent_active = False
         self.learner = learner
         self.reset_index = -1
