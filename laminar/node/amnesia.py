@@ -33,7 +33,7 @@ import structlog
 from laminar.errors import InvalidRequestError
 from laminar.node.raft_codec import GroupMessage
 from laminar.raft import Message, MessageType
-from laminar.segment.fileio import append_whole, fsync_dir, write_atomic
+from laminar.segment.fileio import fsync_dir, write_atomic, write_whole
 
 log = structlog.get_logger(__name__)
 
@@ -137,7 +137,9 @@ class Amnesia:
 
     def _write_created(self, sync: bool) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
-        append_whole(self.directory / CREATED_FILE, "".join(self._unwritten).encode(), sync=sync)
+        write_whole(
+            self.directory / CREATED_FILE, "".join(self._unwritten).encode(), append=True, sync=sync
+        )
         self._unwritten.clear()  # (only once written: a failed write is tried again)
         if sync and not self._entry_synced:  # (the file's own entry, once per process)
             fsync_dir(self.directory)

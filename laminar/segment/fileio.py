@@ -80,10 +80,14 @@ def open_append(path: str | Path, create: bool = True, truncate: bool = False) -
     return FileHandle(path, flags | (os.O_TRUNC if truncate else 0))
 
 
-def append_whole(path: str | Path, data: bytes | bytearray, *, sync: bool = False) -> None:
-    """Append to a small file through a descriptor of its own, closed at once (created if
-    missing); with ``sync`` fdatasynced before it is closed."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+def write_whole(
+    path: str | Path, data: bytes | bytearray, *, append: bool = False, sync: bool = False
+) -> None:
+    """Write a small file whole (or, with ``append``, append to it) through a descriptor of
+    its own, closed at once (created if missing); a short write raises; with ``sync``
+    fdatasynced before it is closed."""
+    mode = os.O_APPEND if append else os.O_TRUNC
+    fd = os.open(path, os.O_WRONLY | mode | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         written = os.write(fd, data)
         if written != len(data):
