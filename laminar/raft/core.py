@@ -864,22 +864,23 @@ class RaftNode:
             and len(m.context) == 8
             and self.commit == last_new == log.last_index()
             and m.frm not in self._down
-        ):
-            round_ = int.from_bytes(m.context, "big")
-            if round_ >= self._hb_seen:  # (as for a quiescing heartbeat)
-                self._hb_seen = round_
-                self._quiesced = True  # level with a quiet leader: its answer says so
+        ):  # level with a quiet leader: asleep, and its answer says so
+            self._take_round(int.from_bytes(m.context, "big"), True, m.frm)
         self._ack(m.frm, last_new)
 
     def _handle_heartbeat(self, m: Message) -> None:
         c = min(m.commit, self.log.last_index())
         self._commit_to(c)
-        # HEARTBEAT.index numbers the leader's rounds: a reordered older heartbeat must not
-        # undo the quiesce decision of a newer one.
-        if m.index >= self._hb_seen:
-            self._hb_seen = m.index
-            self._quiesced = m.quiesce and m.frm not in self._down
+        self._take_round(m.index, m.quiesce, m.frm)
         self._answer_heartbeat(m.frm, m.index, m.context)
+
+    def _take_round(self, round_: int, quiesce: bool, frm: int) -> None:
+        """The leader's quiesce decision of heartbeat round ``round_`` (a heartbeat's
+        ``index``, a quiescing append's ``context``): a reordered older round must not undo
+        the decision of a newer one."""
+        if round_ >= self._hb_seen:
+            self._hb_seen = round_
+            self._quiesced = quiesce and frm not in self._down
 
     def _handle_reset(self, m: Message) -> None:
         start = m.index + 1
