@@ -180,7 +180,11 @@ class MultiRaft:
         _sync_journals(journals)
 
     def add(self, replica: Replica) -> None:
+        """Host ``replica``; the peers reported down and not up since count as down for it
+        too (opened after the report, it would otherwise wait for them)."""
         self.replicas[replica.group] = replica
+        for node_id in self._down_nodes:
+            self._report_down(replica, node_id)
         self._active.add(replica)
         self.wake(replica)
 
@@ -221,19 +225,23 @@ class MultiRaft:
         waking thousands of them at once only made them heartbeat and go quiet again, on the
         CPU the elections needed."""
         self._down_nodes.add(node_id)
-        down = self._down_nodes
         for replica in self.replicas.values():
-            raft = replica.raft
-            conf = raft.conf
-            if node_id in conf.voters or node_id in conf.learners:
-                orphaned = raft.leader_id in (node_id, 0)
-                asleep = raft.quiesced  # (before the report, which wakes an orphan)
-                live = sorted(v for v in conf.voters if v not in down)
-                first = bool(live) and live[replica.group % len(live)] == self.node_id
-                raft.report_node_down(node_id, first=first)
-                if orphaned or not asleep:
-                    self._active.add(replica)
-                    self.wake(replica)
+            if self._report_down(replica, node_id):
+                self._active.add(replica)
+                self.wake(replica)
+
+    def _report_down(self, replica: Replica, node_id: int) -> bool:
+        """Tell one group ``node_id`` is down; returns whether the group must wake."""
+        raft = replica.raft
+        conf = raft.conf
+        if node_id not in conf.voters and node_id not in conf.learners:
+            return False
+        orphaned = raft.leader_id in (node_id, 0)
+        asleep = raft.quiesced  # (before the report, which wakes an orphan)
+        live = sorted(v for v in conf.voters if v not in self._down_nodes)
+        first = bool(live) and live[replica.group % len(live)] == self.node_id
+        raft.report_node_down(node_id, first=first)
+        return orphaned or not asleep
 
     def node_up(self, node_id: int) -> None:
         """A peer node is back: every group counts it again, including groups it is not (yet)
