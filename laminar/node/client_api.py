@@ -9,6 +9,7 @@ error reply.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -348,6 +349,7 @@ class ClientServer:
         gossip = {m.node_id: m for m in node.swim.members}
         voters = set(node.metadata.raft.conf.voters) if node.metadata is not None else set()
         replica_counts = node.state.replica_counts()
+        leader_counts = collections.Counter(p["leader"] for p in partitions)
         # Gossip is unauthenticated and SWIM ids are UInt64: an id beyond a node id's UInt32
         # can be no member of this cluster, and would not fit the reply.
         known = set(node.state.nodes) | set(gossip) | {node.node_id}
@@ -370,7 +372,7 @@ class ClientServer:
                 slot.state = f"{slot.state} (draining)"
             slot.metadataVoter = node_id in voters
             slot.replicas = replica_counts.get(node_id, 0)
-            slot.leaders = sum(1 for p in partitions if p["leader"] == node_id)
+            slot.leaders = leader_counts[node_id]
         moves = [
             (topic, index, assignment)
             for topic in node.state.topics.values()

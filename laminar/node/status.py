@@ -8,6 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from laminar.node.metadata import METADATA_GROUP, Topic, group_id
+from laminar.raft import Role
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -89,30 +90,31 @@ def replica_faults(node: Node) -> list[dict[str, Any]]:
 
 
 def led_partitions(node: Node) -> list[dict[str, Any]]:
-    """Status of every partition this node leads (leaders know their followers' lag)."""
+    """Status of every partition this node leads (leaders know their followers' lag). Read
+    from the Raft cores directly: at 10,000 partitions every status call passes over all of
+    them on every node."""
+    me = node.node_id
     out = []
     for replica in node.runtime.replicas.values():
-        if replica.group == METADATA_GROUP or not replica.is_leader:
+        raft = replica.raft
+        if raft.role is not Role.LEADER or replica.group == METADATA_GROUP:
             continue
-        status = replica.raft.status()
-        end = replica.log.end_offset
+        matches = raft.matches()
+        last = replica.log.end_offset - 1
+        conf = raft.conf
         replicas = []
-        for node_id in (*replica.raft.conf.voters, *replica.raft.conf.learners):
-            if node_id == node.node_id:
-                match = end - 1
-            else:
-                progress = status.progress.get(node_id)
-                match = progress.match if progress is not None else -1
-            replicas.append({"node_id": node_id, "match": match, "lag": end - 1 - match})
+        for node_id in (*conf.voters, *conf.learners):
+            match = last if node_id == me else matches.get(node_id, -1)
+            replicas.append({"node_id": node_id, "match": match, "lag": last - match})
         out.append(
             {
                 "topic": replica.topic,
                 "partition": replica.partition,
-                "leader": node.node_id,
-                "term": replica.raft.term,
+                "leader": me,
+                "term": raft.term,
                 "start_offset": replica.log.start_offset,
                 "high_watermark": replica.high_watermark,
-                "end_offset": end,
+                "end_offset": last + 1,
                 "replicas": replicas,
             }
         )

@@ -221,6 +221,11 @@ class RaftNode:
         """A voter whose log reaches the offset its configuration is known to hold at."""
         return self.id in self._conf.voters and self.log.last_index() >= self._base.index
 
+    def matches(self) -> dict[int, int]:
+        """A leader's view of how far each member's log matches its own (empty unless
+        leading): ``status()`` without the rest, for a status of thousands of groups."""
+        return {nid: pr.match for nid, pr in self.prs.items()} if self.role == LEADER else {}
+
     def status(self) -> Status:
         progress = {}
         if self.role == LEADER:
