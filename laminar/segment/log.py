@@ -303,7 +303,8 @@ class PartitionLog:
                 Segment.open_sealed(directory, base, nxt, interval)
                 for base, nxt in pairwise(ordered)
             ]
-            active = Segment.recover_active(directory, ordered[-1], interval)
+            last = ordered[-1]
+            active = Segment.recover_active(directory, last, interval, other.get(last, ()))
             segments.append(active)
             if not synced:  # what a crashed process left unsynced must be durable now
                 handle = active.data

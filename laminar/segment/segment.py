@@ -19,7 +19,7 @@ import os
 import stat
 import struct
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 
 import structlog
@@ -237,14 +237,18 @@ class Segment:
         self.tidx = TimeIndex(self.base)
 
     @classmethod
-    def recover_active(cls, directory: str | Path, base: int, interval: int) -> Segment:
+    def recover_active(
+        cls, directory: str | Path, base: int, interval: int, listed: Container[str] | None = None
+    ) -> Segment:
         """Open the last segment: verify every batch after the last good index entry and cut
-        a torn or corrupt tail."""
+        a torn or corrupt tail. ``listed``: the directory's files, if the caller just listed
+        it (an index file not among them is not opened: most replicas of a restart have
+        none, their few entries still buffered when the node died)."""
         seg = cls(directory, base, interval)
         seg.data = handle = open_append(seg.log_path)
         size = handle.size()
-        raw_idx = _read_or_empty(seg.index_path)
-        raw_time = _read_or_empty(seg.time_path)
+        raw_idx = _read_listed(seg.index_path, listed)
+        raw_time = _read_listed(seg.time_path, listed)
         idx, _ = OffsetIndex.parse(base, raw_idx, size)
         while len(idx) and not seg._entry_matches(idx, size):
             idx.keep(len(idx) - 1)
@@ -630,6 +634,10 @@ class Segment:
         self.closed = True
         if self._budget is not None:
             self._budget.forget(self)
+
+
+def _read_listed(path: str, listed: Container[str] | None) -> bytes:
+    return _read_or_empty(path) if listed is None or path in listed else b""
 
 
 def _read_or_empty(path: str) -> bytes:
