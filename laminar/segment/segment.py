@@ -25,7 +25,7 @@ from pathlib import Path
 import structlog
 
 from laminar.errors import CorruptBatchError, CorruptLogError
-from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, read_header, verify_batch
+from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, check_batch, read_header
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import FileHandle, open_append, pread_exact, write_whole
 from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
@@ -565,7 +565,7 @@ class Segment:
                 buf = pread_exact(fd, max(n, min(CHUNK, limit - pos)), pos, self.log_path)
                 buf_pos, rel = pos, 0
             try:
-                verify_batch(memoryview(buf)[rel : rel + n])
+                check_batch(memoryview(buf)[rel : rel + n])  # (the header is read above)
             except CorruptBatchError as exc:
                 return pos, str(exc)
             if h.base_offset != expected:
