@@ -152,6 +152,9 @@ class Node:
         self._synced_at_start = False
         """A restart made the data directory's filesystem durable (one syncfs) and has
         not yet talked to a peer: the replicas it opens need no fdatasync of their own."""
+        self._found_dirs: set[str] | None = None
+        """While a restart opens the replicas it found: the replica directories there are
+        (one listing instead of a stat per replica, a tenth of opening one)."""
         self.swim = SwimDriver(
             self.node_id,
             meta={"peer": config.advertise_peer, "client": config.listen},
@@ -303,9 +306,17 @@ class Node:
         replica not yet open made its leader probe it every tick in vain, and the thousands
         of such probes took the CPU the opening needed (3,000 partitions: 12 s to open)."""
         assert self.metadata is not None
-        self.runtime.process_now(self.metadata)
-        while self._opening:
-            await asyncio.gather(*self._opening)
+        try:
+            with os.scandir(self._partitions_dir) as listing:
+                self._found_dirs = {entry.name for entry in listing}
+        except FileNotFoundError:
+            self._found_dirs = set()
+        try:
+            self.runtime.process_now(self.metadata)
+            while self._opening:
+                await asyncio.gather(*self._opening)
+        finally:
+            self._found_dirs = None
 
     async def _start_network(self) -> None:
         # The Raft runtime runs before any peer is heard: without its flush passes nothing a
@@ -607,7 +618,9 @@ class Node:
         assignment = topic.partitions[partition]
         replicas = assignment.replicas
         directory = self.partition_dir(topic, partition, origin)
-        exists = directory.exists()  # (one look serves the marker and the saved state)
+        # (one look serves the marker and the saved state)
+        found = self._found_dirs
+        exists = directory.exists() if found is None else directory.name in found
         lost = self.amnesia.opening(group, directory.name, directory, durable_marker, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
