@@ -250,26 +250,24 @@ class PartitionLog:
         bases: set[int] = set()
         other: dict[int, list[str]] = {}
         has_marker = False
-        try:
-            listing = os.scandir(directory)
+        try:  # (names only: os.scandir's entries cost twice as much, per replica restarted)
+            names = os.listdir(directory)
         except FileNotFoundError:  # a new log (a node's: it skipped the mkdir for existing ones)
             os.makedirs(directory, exist_ok=True)
-            listing = os.scandir(directory)
-        with listing:
-            for entry in listing:
-                name = entry.name
-                if name.endswith(".tmp"):
-                    os.unlink(entry.path)
-                    continue
-                m = _NAME.match(name)
-                if not m:
-                    has_marker = has_marker or name == META_NAME
-                    continue
-                base = int(m.group(1))
-                if m.group(2) == "log":
-                    bases.add(base)
-                else:
-                    other.setdefault(base, []).append(entry.path)
+            names = os.listdir(directory)
+        for name in names:
+            if name.endswith(".tmp"):
+                os.unlink(f"{directory}/{name}")
+                continue
+            m = _NAME.match(name)
+            if not m:
+                has_marker = has_marker or name == META_NAME
+                continue
+            base = int(m.group(1))
+            if m.group(2) == "log":
+                bases.add(base)
+            else:
+                other.setdefault(base, []).append(f"{directory}/{name}")
         for base, paths in other.items():  # index files whose data file is gone
             if base not in bases:
                 for p in paths:
