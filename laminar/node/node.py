@@ -307,8 +307,7 @@ class Node:
         of such probes took the CPU the opening needed (3,000 partitions: 12 s to open)."""
         assert self.metadata is not None
         try:
-            with os.scandir(self._partitions_dir) as listing:
-                self._found_dirs = {entry.name for entry in listing}
+            self._found_dirs = set(os.listdir(self._partitions_dir))
         except FileNotFoundError:
             self._found_dirs = set()
         try:

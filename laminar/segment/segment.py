@@ -637,6 +637,7 @@ class Segment:
 
 
 def _read_listed(path: str, listed: Container[str] | None) -> bytes:
+    """``_read_or_empty``, or b"" without a system call if ``listed`` lacks the file."""
     return _read_or_empty(path) if listed is None or path in listed else b""
 
 
