@@ -8,7 +8,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from laminar.node.metadata import METADATA_GROUP, Topic, group_id
-from laminar.raft import Role
 
 if TYPE_CHECKING:
     from laminar.node.node import Node
@@ -96,9 +95,9 @@ def led_partitions(node: Node) -> list[dict[str, Any]]:
     me = node.node_id
     out = []
     for replica in node.runtime.replicas.values():
-        raft = replica.raft
-        if raft.role is not Role.LEADER or replica.group == METADATA_GROUP:
+        if replica.group == METADATA_GROUP or not replica.is_leader:
             continue
+        raft = replica.raft
         matches = raft.matches()
         last = replica.log.end_offset - 1
         conf = raft.conf
