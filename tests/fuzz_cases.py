@@ -230,6 +230,8 @@ def client_request(rng: random.Random, target: ClientTarget) -> Frame:
             query.timestamp = rng.choice((-2, -1, 0, 1_700_000_000_000, 2**63 - 1, -(2**63)))
     elif rng.random() < 0.5:
         body.clusterStatus = None
+    elif rng.random() < 0.5:
+        body.clusterHealth = None
     else:
         body.drainNode = rng.choice((0, 1000, 2**31, 2**32 - 1))  # never a real member
     return Frame(KIND_REQUEST, request.to_bytes(), payload)
@@ -352,9 +354,9 @@ def call_or_reply(rng: random.Random, target: PeerTarget) -> Frame:
     if rng.random() < 0.5:
         call = message.init("call")
         call.id = u64(rng)
-        call.method = rng.choice(("status", "propose", "propose_here", "nope", ""))
+        call.method = rng.choice(("status", "health", "propose", "propose_here", "nope", ""))
         body = rng.choice(SAFE_CALL_BODIES)(rng)
-        call.body = b"{}" if call.method == "status" and rng.random() < 0.3 else body
+        call.body = b"{}" if call.method in ("status", "health") and rng.random() < 0.3 else body
     else:
         reply = message.init("reply")
         reply.id = rng.randrange(0, 200) if rng.random() < 0.8 else u64(rng)

@@ -49,6 +49,7 @@ _AUTHENTICATED_ONLY = frozenset(
     {
         "metadata",
         "clusterStatus",
+        "clusterHealth",
         "groupHeartbeat",  # the offsets it leads to are checked on fetch and commit
         "leaveGroup",
         "listGroups",

@@ -9,6 +9,7 @@ from laminar.client.cluster import Cluster
 from laminar.client.connection import Connection
 from laminar.client.consumer import Consumer
 from laminar.client.descriptions import (
+    ClusterHealth,
     ClusterStatus,
     MemberStatus,
     Move,
@@ -48,6 +49,7 @@ __all__ = [
     "Acl",
     "Admin",
     "Cluster",
+    "ClusterHealth",
     "ClusterStatus",
     "CommittedOffset",
     "Connection",

@@ -11,8 +11,10 @@ from laminar.client import share_wire
 from laminar.client.cluster import Cluster
 from laminar.client.connection import credentials_of
 from laminar.client.descriptions import (
+    ClusterHealth,
     ClusterStatus,
     TopicDescription,
+    health_from_reader,
     status_from_reader,
     topic_from_reader,
 )
@@ -298,6 +300,16 @@ class Admin(UserAdmin):
 
         reply = await self._call(fill)
         return status_from_reader(reply.body.clusterStatus)
+
+    async def cluster_health(self) -> ClusterHealth:
+        """Whether every node is up, every partition led and every replica in sync and
+        serving, in counts: cheap enough to poll while a rolling restart waits for it."""
+
+        def fill(body: Any) -> None:
+            body.clusterHealth = None
+
+        reply = await self._call(fill)
+        return health_from_reader(reply.body.clusterHealth)
 
     # consumer groups -------------------------------------------------------------------
     @property

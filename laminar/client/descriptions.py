@@ -242,9 +242,7 @@ def status_from_reader(status: Any) -> ClusterStatus:
         for p in status.partitions
     )
     moves = tuple(Move(m.topic, m.partition, m.fromNode, m.toNode, m.stage) for m in status.moves)
-    faults = tuple(
-        ReplicaFault(f.topic, f.partition, f.nodeId, f.state, f.error) for f in status.faults
-    )
+    faults = tuple(_fault(f) for f in status.faults)
     metadata_log = tuple(
         MetadataLogStatus(
             m.nodeId, m.startOffset, m.endOffset, m.checkpoint, m.applied, m.sizeBytes
@@ -260,3 +258,48 @@ def status_from_reader(status: Any) -> ClusterStatus:
         faults=faults,
         operations=tuple(_operation(o) for o in status.operations),
     )
+
+
+@dataclass(slots=True, frozen=True)
+class ClusterHealth:
+    """Is the cluster whole (``Admin.cluster_health``)? Counts are exact; the partition lists
+    name at most 20 each. ``out_of_sync`` maps a node to its replicas that are not in sync
+    with their leader (none listed: all are), which is what a rolling restart waits for."""
+
+    healthy: bool
+    reasons: tuple[str, ...]
+    metadata_leader: int
+    nodes: tuple[int, ...]
+    nodes_down: tuple[int, ...]
+    nodes_not_answering: tuple[int, ...]
+    partitions: int
+    leaderless_count: int
+    leaderless: tuple[tuple[str, int], ...]
+    under_replicated_count: int
+    under_replicated: tuple[tuple[str, int], ...]
+    out_of_sync: dict[int, int]
+    replica_faults_count: int
+    replica_faults: tuple[ReplicaFault, ...]
+
+
+def health_from_reader(health: Any) -> ClusterHealth:
+    return ClusterHealth(
+        healthy=health.healthy,
+        reasons=tuple(health.reasons),
+        metadata_leader=health.metadataLeader,
+        nodes=tuple(health.nodes),
+        nodes_down=tuple(health.nodesDown),
+        nodes_not_answering=tuple(health.nodesNotAnswering),
+        partitions=health.partitions,
+        leaderless_count=health.leaderlessCount,
+        leaderless=tuple((p.topic, p.partition) for p in health.leaderless),
+        under_replicated_count=health.underReplicatedCount,
+        under_replicated=tuple((p.topic, p.partition) for p in health.underReplicated),
+        out_of_sync={n.nodeId: n.count for n in health.outOfSync},
+        replica_faults_count=health.replicaFaultsCount,
+        replica_faults=tuple(_fault(f) for f in health.replicaFaults),
+    )
+
+
+def _fault(slot: Any) -> ReplicaFault:
+    return ReplicaFault(slot.topic, slot.partition, slot.nodeId, slot.state, slot.error)

@@ -26,10 +26,11 @@ from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
 from laminar.node import admin_wire
+from laminar.node.health import cluster_health
 from laminar.node.metadata import Topic
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
-from laminar.node.status import cluster_view, fill_metadata_log, move_stage
+from laminar.node.status import cluster_view, fill_fault, fill_metadata_log, move_stage
 from laminar.protocol import (
     ACKS_ALL,
     ACKS_LEADER,
@@ -340,6 +341,34 @@ class ClientServer:
                 fill_error(slot.error, exc)
                 slot.offset = -1
 
+    async def _on_clusterHealth(self, _body: Any, response: Any, _payload: memoryview) -> None:
+        health = await cluster_health(self.node)
+        out = response.body.init("clusterHealth")
+        reasons = health.reasons
+        out.healthy = not reasons
+        out.reasons = reasons
+        out.metadataLeader = health.metadata_leader
+        out.nodes = health.nodes
+        out.nodesDown = health.nodes_down
+        out.nodesNotAnswering = health.not_answering
+        out.partitions = health.partitions
+        out.leaderlessCount = health.leaderless_count
+        out.underReplicatedCount = health.under_count
+        out.replicaFaultsCount = health.fault_count
+        for name, parts in (("leaderless", health.leaderless), ("underReplicated", health.under)):
+            for slot, (topic, partition) in zip(out.init(name, len(parts)), parts, strict=True):
+                slot.topic = topic
+                slot.partition = partition
+        lagging = sorted(health.out_of_sync.items())
+        for slot, (node_id, count) in zip(
+            out.init("outOfSync", len(lagging)), lagging, strict=True
+        ):
+            slot.nodeId = node_id
+            slot.count = count
+        faults = out.init("replicaFaults", len(health.faults))
+        for slot, fault in zip(faults, health.faults, strict=True):
+            fill_fault(slot, fault)
+
     async def _on_clusterStatus(self, _body: Any, response: Any, _payload: memoryview) -> None:
         node = self.node
         view = await cluster_view(node)
@@ -407,11 +436,7 @@ class ClientServer:
                 rslot.lag = rep["lag"]
         faults = status.init("faults", len(view["faults"]))
         for slot, fault in zip(faults, view["faults"], strict=True):
-            slot.topic = fault["topic"]
-            slot.partition = fault["partition"]
-            slot.nodeId = fault["node_id"]
-            slot.state = fault["state"]
-            slot.error = fault["error"]
+            fill_fault(slot, fault)
         logs = status.init("metadataLog", len(view["metadata_log"]))
         for slot, row in zip(logs, view["metadata_log"], strict=True):
             fill_metadata_log(slot, row)

@@ -25,8 +25,8 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from laminar.membership.state import MemberState
+from laminar.node.health import out_of_sync
 from laminar.node.metadata import METADATA_GROUP, group_id
-from laminar.raft.types import ProgressState
 from laminar.stats import Buckets
 
 if TYPE_CHECKING:
@@ -241,8 +241,8 @@ class NodeCollector(Collector):
         )
         under = GaugeMetricFamily(
             "laminar_partitions_under_replicated",
-            "Partitions this node leads with a voter that is not connected and streaming "
-            "(or fewer voters than the replication factor); sum over nodes.",
+            "Partitions this node leads with a replica not in sync (not connected, not "
+            "streaming, not sent every committed entry, or a move's learner); sum over nodes.",
             labels=["topic"],
         )
         terms: dict[tuple[str, ...], int] = {}
@@ -255,9 +255,7 @@ class NodeCollector(Collector):
             terms[key] = max(terms.get(key, 0), replica.raft.term)
             if replica.is_leader and not replica.closed:
                 row[1] += 1
-                if replica.group != METADATA_GROUP and self._under_replicated(
-                    replica, node_id, connected
-                ):
+                if replica.group != METADATA_GROUP and out_of_sync(replica, node_id, connected):
                     row[2] += 1
         for key, value in sorted(terms.items()):
             term.add_metric(list(key), value)
@@ -324,24 +322,6 @@ class NodeCollector(Collector):
             "Replicas of this node that lost state and await re-admission (not voting).",
             value=s.lost_state_replicas(),
         )
-
-    @staticmethod
-    def _under_replicated(replica: Replica, node_id: int, connected: set[int]) -> bool:
-        raft = replica.raft
-        voters = raft.conf.voters
-        if len(voters) < len(set(voters) | set(raft.conf.learners)):
-            return True  # a move is under way: a learner is catching up
-        for voter in voters:
-            if voter == node_id:
-                continue
-            progress = raft.prs.get(voter)
-            if (
-                voter not in connected
-                or progress is None
-                or progress.state is not ProgressState.REPLICATE
-            ):
-                return True
-        return False
 
     def _count_elections(self, replicas: list[Replica]) -> None:
         """Fold each core's election and pre-vote counters into per-topic totals that never

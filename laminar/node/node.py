@@ -35,6 +35,7 @@ from laminar.node.client_api import ClientServer
 from laminar.node.config import NodeConfig
 from laminar.node.disk import DiskSpace
 from laminar.node.handoff import hand_off_leadership
+from laminar.node.health import node_part
 from laminar.node.leader_reports import LeaderReports
 from laminar.node.metadata import (
     METADATA_GROUP,
@@ -139,6 +140,7 @@ class Node:
         self.calls.register("propose", self.metadata_service.serve_propose)
         self.calls.register("propose_here", self.metadata_service.serve_propose_here)
         self.calls.register("status", self._serve_status)
+        self.calls.register("health", self._serve_health)
         amnesia, service, spawn = self.amnesia, self.metadata_service, self.spawn
         self.readmission = Readmission(self.node_id, amnesia, self.runtime, service.propose, spawn)
         host = self.readmission.opened
@@ -725,6 +727,9 @@ class Node:
 
     async def _serve_status(self, _peer: int, _body: Any) -> Any:
         return local_status(self)
+
+    async def _serve_health(self, _peer: int, _body: Any) -> Any:
+        return node_part(self)
 
 
 def _log_bytes(message: Any) -> int:

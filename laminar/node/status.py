@@ -57,6 +57,15 @@ def fill_metadata_log(slot: Any, row: dict[str, Any]) -> None:
     slot.sizeBytes = max(0, int(row["size_bytes"]))
 
 
+def fill_fault(slot: Any, row: dict[str, Any]) -> None:
+    """A ReplicaFault from a ``replica_faults`` row."""
+    slot.topic = row["topic"]
+    slot.partition = row["partition"]
+    slot.nodeId = row["node_id"]
+    slot.state = row["state"]
+    slot.error = row["error"]
+
+
 LOST_STATE = "lost state: re-admitting (not voting)"
 
 

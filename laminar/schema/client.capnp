@@ -64,6 +64,7 @@ struct Request {
     addAcl @31 :AclRule;
     removeAcl @32 :AclRule;
     listAcls @33 :Void;
+    clusterHealth @34 :Void;  # counts, not rows: cheap enough to poll during a rolling restart
   }
 }
 
@@ -88,6 +89,7 @@ struct Response {
     sasl @16 :SaslResponse;
     users @17 :UserList;
     acls @18 :AclList;
+    clusterHealth @19 :ClusterHealth;
   }
 }
 
@@ -317,6 +319,36 @@ struct ClusterStatus {
   faults @4 :List(ReplicaFault);  # replicas not serving: offline after a fault, or lost state
   metadataLog @5 :List(MetadataLogStatus);
   operations @6 :List(TopicOperation);  # splits and merges in progress
+}
+
+struct NodeCount {
+  nodeId @0 :UInt32;
+  count @1 :UInt32;
+}
+
+struct PartitionRef {
+  topic @0 :Text;
+  partition @1 :UInt32;
+}
+
+struct ClusterHealth {
+  # laminar/node/health.py: healthy when every registered node is up and answered, every
+  # partition has a leader and all its replicas in sync, and every replica serves. Lists of
+  # partitions name at most 20; the counts are exact.
+  healthy @0 :Bool;
+  reasons @1 :List(Text);              # why not, e.g. "nodes down", "leaderless partitions"
+  metadataLeader @2 :UInt32;           # 0: none known
+  nodes @3 :List(UInt32);              # registered nodes
+  nodesDown @4 :List(UInt32);          # registered, and neither gossip nor a connection says alive
+  nodesNotAnswering @5 :List(UInt32);  # alive but silent: what they lead counts as leaderless
+  partitions @6 :UInt32;               # partitions that should have a leader
+  leaderlessCount @7 :UInt32;
+  leaderless @8 :List(PartitionRef);
+  underReplicatedCount @9 :UInt32;     # a replica not in sync, or short of the factor
+  underReplicated @10 :List(PartitionRef);
+  outOfSync @11 :List(NodeCount);      # per node: its replicas not in sync with their leader
+  replicaFaultsCount @12 :UInt32;      # replicas not serving (as in ClusterStatus.faults)
+  replicaFaults @13 :List(ReplicaFault);
 }
 
 # ---------------------------------------------------------------------------- consumer groups
