@@ -165,6 +165,13 @@ class AuthorizationError(LaminarError):
     code = 51
 
 
+class NodeStartingError(LaminarError):
+    """This node answers clients but has not joined the cluster yet (it is still opening its
+    replicas): it cannot judge the cluster's health. Another node can; ``Admin`` asks one."""
+
+    code = 52
+
+
 # Consumer groups (laminar/groups): codes 20-29.
 
 
@@ -295,6 +302,7 @@ ERRORS_BY_CODE: dict[int, type[LaminarError]] = {
         NotEnoughReplicasError,
         ProtocolError,
         DiskFullError,
+        NodeStartingError,
         PartitionSealedError,
         PartitionRetiredError,
         OutOfOrderSequenceError,

@@ -44,6 +44,20 @@ async def wait_for(admin: Admin, done: object, timeout: float = 30.0) -> Cluster
     return health
 
 
+async def views_from(address: str, seconds: float) -> list[ClusterHealth]:
+    """Health as answered through ``address`` only, polled for ``seconds``."""
+    views: list[ClusterHealth] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            async with asyncio.timeout(5), Admin(address, request_timeout_ms=2_000) as admin:
+                views.append(await admin.cluster_health())
+        except (ConnectionError, OSError):
+            pass  # not listening yet
+        await asyncio.sleep(0.05)
+    return views
+
+
 async def produce(bootstrap: str, count: int) -> None:
     async with Producer(bootstrap, acks="all") as producer:
         for i in range(count):
@@ -92,6 +106,10 @@ async def test_health_through_a_kill_and_a_restart(tmp_path: Path) -> None:
 
             await produce(cluster.bootstrap, 300)  # written while the victim is away
             cluster.start_node(victim)
+            # Asked first, the returning node answers clients before it joins the cluster:
+            # its answer (or the node the client asks instead) never calls a peer down.
+            views = await views_from(cluster.address(victim), seconds=3.0)
+            assert views and all(set(h.nodes_down) <= {victim} for h in views), views
             waited = cli(
                 "--exit-when-healthy", "--interval", "0.2", "--timeout", "60",
                 "--bootstrap", cluster.address(1),

@@ -35,6 +35,7 @@ from laminar.client.user_admin import UserAdmin
 from laminar.errors import (
     GroupNotEmptyError,
     InvalidRequestError,
+    NodeStartingError,
     NotLeaderError,
     RequestTimeoutError,
     UnknownTopicError,
@@ -53,8 +54,11 @@ UNCHANGED = _Unchanged()
 
 def _transient(error: BaseException) -> bool:
     """Admin answers about topics are final (the node asks the metadata leader); only
-    transport trouble and leader changes are worth another try."""
-    return isinstance(error, ConnectionError | OSError | RequestTimeoutError | NotLeaderError)
+    transport trouble, leader changes and a node not yet in the cluster (health: another node
+    is asked) are worth another try."""
+    return isinstance(
+        error, ConnectionError | OSError | RequestTimeoutError | NotLeaderError | NodeStartingError
+    )
 
 
 class Admin(UserAdmin):
@@ -107,7 +111,11 @@ class Admin(UserAdmin):
 
         async def attempt() -> Any:
             connection = await cluster.any_connection()
-            reply, _ = await connection.request(fill, timeout=self.request_timeout)
+            try:
+                reply, _ = await connection.request(fill, timeout=self.request_timeout)
+            except NodeStartingError:
+                cluster.drop_connection(connection.address)  # (the next try asks another)
+                raise
             return reply
 
         return await retrying(cluster, attempt, retriable=_transient)

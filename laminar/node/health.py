@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from laminar.errors import NodeStartingError
 from laminar.node.metadata import METADATA_GROUP
 from laminar.node.status import replica_faults
 from laminar.raft.types import ProgressState
@@ -177,7 +178,16 @@ def node_part(node: Node) -> dict[str, Any]:
 
 
 async def cluster_health(node: Node) -> Health:
-    """Gather every live node's part (``local_health``) and judge the whole."""
+    """Gather every live node's part (``local_health``) and judge the whole.
+
+    A node still opening its replicas answers clients before it joins the cluster; knowing no
+    peer then, it would call every other node down and every partition leaderless. It says
+    it cannot tell instead (``NodeStartingError``)."""
+    if not node.swim.started:
+        raise NodeStartingError(
+            f"node {node.node_id} has not joined the cluster yet (it is opening its "
+            "replicas): ask another node"
+        )
     live = set(node.live_nodes())
     registered = sorted(node.state.nodes)
     health = Health(
