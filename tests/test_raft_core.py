@@ -479,6 +479,29 @@ def test_a_write_is_told_committed_by_the_round_that_quiesces_the_group() -> Non
     assert not [m for m in net.sent if m.type == MessageType.APPEND and not m.entries]
 
 
+def test_a_heartbeat_round_replaces_an_unsent_older_one_to_the_same_follower() -> None:
+    # A loaded node may tick a group again before draining its Ready: the older round, still
+    # unsent, says nothing the newer does not, so each follower gets the newest round only.
+    net = leader_net()
+    net.tick_all(2)
+    net[1].propose(b"x")
+    for m in net.take():
+        net[m.to].step(m)
+    for m in net.take():
+        net[m.to].step(m)  # the answers: the leader's quiescing round is now in its msgs
+    net[1].tick()
+    net[1].tick()
+    heartbeats = [m for m in net.take() if m.type == MessageType.HEARTBEAT]
+    assert sorted(m.to for m in heartbeats) == [2, 3]
+    newest = max(m.index for m in heartbeats)
+    assert all(m.index == newest and m.quiesce for m in heartbeats)
+    assert all(m.commit == net[1].commit for m in heartbeats)
+    for m in heartbeats:
+        net[m.to].step(m)
+    net.deliver()
+    assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
+
+
 def test_the_commit_waits_for_an_owed_answer_while_heartbeats_carry_it() -> None:
     # The first answer commits the write; node 3's answer is owed, so nothing is sent until
     # it comes (then one round tells both). If it does not come, node 2 learns the commit

@@ -213,7 +213,8 @@ class MultiRaft:
         except Exception as exc:
             self.fail(replica, exc)
             return
-        if message.type is not MessageType.HEARTBEAT or not replica.raft.quiesced:
+        if not replica.raft.quiesced:  # (a quiet leader taking answers stays out of the
+            # ticks: ticked before its drain, it sent another quiescing round for nothing)
             self._active.add(replica)
         self.wake(replica)
 
@@ -485,9 +486,14 @@ class MultiRaft:
             await asyncio.sleep(self.tick_seconds)
             self.ticks = ticks = self.ticks + 1
             now = time.monotonic()
+            pending = self._pending
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)
+                    continue
+                if replica in pending:
+                    # Its last output is not drained yet (a busy loop drains in slices): a
+                    # tick now piles a second heartbeat round on the first. Its clock waits.
                     continue
                 if may_campaign and not may_campaign(replica.group) and not replica.is_leader:
                     # A follower's ticks only start elections, and in a group of one its

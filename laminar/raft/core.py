@@ -142,6 +142,9 @@ class RaftNode:
         self.votes: dict[int, bool] = {}
         self.prs: dict[int, Progress] = {}
         self.msgs: list[Message] = []
+        self._unsent_heartbeats: dict[int, Message] = {}
+        """Heartbeats in ``msgs`` that no ``ready`` has taken yet, by follower: a newer round
+        replaces its follower's (see ``_send_heartbeat``)."""
         self.read_states: list[tuple[bytes, int]] = []
         self.transferee = 0
         self._quiesced = False
@@ -502,23 +505,34 @@ class RaftNode:
             self._quiesced = True
 
     def _send_heartbeat(self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"") -> None:
+        """A heartbeat of the current round. One of an earlier round still unsent (no Ready
+        took it) is dropped, as if lost: the newer says all it said (commit, quiesce decision,
+        read context), and a loaded node that ticked a group again before draining it sent
+        both rounds at once, a fifth of a 10,000-partition write's messages."""
         pr.sent_round = self._hb_seq
         if quiesce:
             pr.quiesce_round = self._hb_seq
         else:
             pr.woken()
-        self._send(
-            Message(
-                HEARTBEAT,
-                nid,
-                self.id,
-                self.term,
-                index=self._hb_seq,
-                commit=min(pr.match, self.commit),
-                context=ctx,
-                quiesce=quiesce,
-            )
+        older = self._unsent_heartbeats.get(nid)
+        if older is not None:
+            msgs = self.msgs
+            for i in range(len(msgs) - 1, -1, -1):
+                if msgs[i] is older:
+                    del msgs[i]
+                    break
+        heartbeat = Message(
+            HEARTBEAT,
+            nid,
+            self.id,
+            self.term,
+            index=self._hb_seq,
+            commit=min(pr.match, self.commit),
+            context=ctx,
+            quiesce=quiesce,
         )
+        self._unsent_heartbeats[nid] = heartbeat
+        self._send(heartbeat)
 
     # ----------------------------------------------------------------- elections
 
@@ -1341,6 +1355,8 @@ class RaftNode:
             self.applied = self.commit
         msgs = self.msgs
         self.msgs = []
+        if self._unsent_heartbeats:
+            self._unsent_heartbeats = {}
         reads = self.read_states
         if reads:
             self.read_states = []
