@@ -640,6 +640,7 @@ laminar dev cluster is running
 
 Try, in another terminal:
   laminar cluster status{flag}
+  laminar cluster health{flag}
   laminar produce {topic} --value 'hello {{i}}' -n 1000{flag}
   echo 'one line, one record' | laminar produce {topic}{flag}
   laminar consume {topic} --from earliest{flag}
