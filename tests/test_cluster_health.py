@@ -145,9 +145,11 @@ def test_a_malformed_peer_part_counts_as_not_answering() -> None:
         (2, {"led": {"t": ["x"]}}),
         (3, {**good, "under": [["t"]]}),
         (3, {**good, "out_of_sync": {"three": 1}}),
+        (3, {**good, "under_count": -1}),
+        (3, {**good, "led": {"t": [1 << 32]}}),
     ):
         health.add(peer, bad, led)
     assert led == {("t", 0), ("t", 1)}
-    assert health.not_answering == [2, 2, 3, 3]
+    assert health.not_answering == [2, 2, 3, 3, 3, 3]
     assert health.under_count == 1 and health.out_of_sync == {3: 1}
     assert "nodes not answering" in health.reasons

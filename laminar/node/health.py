@@ -125,10 +125,10 @@ class Health:
         """Merge one node's ``local_health``; a malformed part counts as no answer (a peer's
         reply is checked, not trusted)."""
         try:
-            rows = [(str(t), int(p)) for t, parts in part["led"].items() for p in parts]
-            under = [(str(t), int(p)) for t, p, _nodes in part["under"]]
-            lagging = Counter({int(n): int(c) for n, c in part["out_of_sync"].items()})
-            under_count, fault_count = int(part["under_count"]), int(part["fault_count"])
+            rows = [(str(t), _u32(p)) for t, parts in part["led"].items() for p in parts]
+            under = [(str(t), _u32(p)) for t, p, _nodes in part["under"]]
+            lagging = Counter({_u32(n): _u32(c) for n, c in part["out_of_sync"].items()})
+            under_count, fault_count = _u32(part["under_count"]), _u32(part["fault_count"])
             faults = [f for f in part["faults"] if _fault_row(f)]
         except (AttributeError, KeyError, TypeError, ValueError):
             self.not_answering.append(node_id)
@@ -162,11 +162,24 @@ class Health:
         self.not_answering.sort()
 
 
+def _u32(value: Any) -> int:
+    """A count or id from a peer's part, as the reply's UInt32 fields take it."""
+    number = int(value)
+    if not 0 <= number < 1 << 32:
+        raise ValueError(f"{number} out of range")
+    return number
+
+
 _FAULT_FIELDS = {"topic": str, "partition": int, "node_id": int, "state": str, "error": str}
 
 
 def _fault_row(row: Any) -> bool:
-    return isinstance(row, dict) and all(type(row.get(k)) is t for k, t in _FAULT_FIELDS.items())
+    return (
+        isinstance(row, dict)
+        and all(type(row.get(k)) is t for k, t in _FAULT_FIELDS.items())
+        and 0 <= row["partition"] < 1 << 32
+        and 0 <= row["node_id"] < 1 << 32
+    )
 
 
 def node_part(node: Node) -> dict[str, Any]:
