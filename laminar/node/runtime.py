@@ -486,14 +486,9 @@ class MultiRaft:
             await asyncio.sleep(self.tick_seconds)
             self.ticks = ticks = self.ticks + 1
             now = time.monotonic()
-            pending = self._pending
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)
-                    continue
-                if replica in pending:
-                    # Its last output is not drained yet (a busy loop drains in slices): a
-                    # tick now piles a second heartbeat round on the first. Its clock waits.
                     continue
                 if may_campaign and not may_campaign(replica.group) and not replica.is_leader:
                     # A follower's ticks only start elections, and in a group of one its
