@@ -26,7 +26,7 @@ from laminar.framing import MAX_PAYLOAD_BYTES
 from laminar.groups import wire as group_wire
 from laminar.groups.service import is_internal
 from laminar.node import admin_wire
-from laminar.node.health import cluster_health
+from laminar.node.health import cluster_health, fill_health
 from laminar.node.metadata import Topic
 from laminar.node.partition_io import PartitionIO
 from laminar.node.replica import Replica, Waiter
@@ -342,32 +342,7 @@ class ClientServer:
                 slot.offset = -1
 
     async def _on_clusterHealth(self, _body: Any, response: Any, _payload: memoryview) -> None:
-        health = await cluster_health(self.node)
-        out = response.body.init("clusterHealth")
-        reasons = health.reasons
-        out.healthy = not reasons
-        out.reasons = reasons
-        out.metadataLeader = health.metadata_leader
-        out.nodes = health.nodes
-        out.nodesDown = health.nodes_down
-        out.nodesNotAnswering = health.not_answering
-        out.partitions = health.partitions
-        out.leaderlessCount = health.leaderless_count
-        out.underReplicatedCount = health.under_count
-        out.replicaFaultsCount = health.fault_count
-        for name, parts in (("leaderless", health.leaderless), ("underReplicated", health.under)):
-            for slot, (topic, partition) in zip(out.init(name, len(parts)), parts, strict=True):
-                slot.topic = topic
-                slot.partition = partition
-        lagging = sorted(health.out_of_sync.items())
-        for slot, (node_id, count) in zip(
-            out.init("outOfSync", len(lagging)), lagging, strict=True
-        ):
-            slot.nodeId = node_id
-            slot.count = count
-        faults = out.init("replicaFaults", len(health.faults))
-        for slot, fault in zip(faults, health.faults, strict=True):
-            fill_fault(slot, fault)
+        fill_health(response.body.init("clusterHealth"), await cluster_health(self.node))
 
     async def _on_clusterStatus(self, _body: Any, response: Any, _payload: memoryview) -> None:
         node = self.node

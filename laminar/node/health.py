@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from laminar.errors import NodeStartingError
 from laminar.node.metadata import METADATA_GROUP
-from laminar.node.status import replica_faults
+from laminar.node.status import fill_fault, replica_faults
 from laminar.raft.types import ProgressState
 
 if TYPE_CHECKING:
@@ -222,3 +222,30 @@ async def cluster_health(node: Node) -> Health:
             health.add(peer, answer, led)
     health.finish(node.state, led)
     return health
+
+
+def fill_health(out: Any, health: Health) -> None:
+    """A ClusterHealth reply from ``health``."""
+    reasons = health.reasons
+    out.healthy = not reasons
+    out.reasons = reasons
+    out.metadataLeader = health.metadata_leader
+    out.nodes = health.nodes
+    out.nodesDown = health.nodes_down
+    out.nodesNotAnswering = health.not_answering
+    out.partitions = health.partitions
+    out.leaderlessCount = health.leaderless_count
+    out.underReplicatedCount = health.under_count
+    out.replicaFaultsCount = health.fault_count
+    for name, parts in (("leaderless", health.leaderless), ("underReplicated", health.under)):
+        for slot, (topic, partition) in zip(out.init(name, len(parts)), parts, strict=True):
+            slot.topic = topic
+            slot.partition = partition
+    lagging = sorted(health.out_of_sync.items())
+    for slot, (node_id, count) in zip(out.init("outOfSync", len(lagging)), lagging, strict=True):
+        slot.nodeId = node_id
+        slot.count = count
+    for slot, fault in zip(
+        out.init("replicaFaults", len(health.faults)), health.faults, strict=True
+    ):
+        fill_fault(slot, fault)
