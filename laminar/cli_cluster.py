@@ -70,6 +70,7 @@ def cluster_health(
     async def go() -> bool:
         deadline = time.monotonic() + timeout if timeout > 0 else None
         admin = Admin(bootstrap, **client_options())
+        healthy = False  # as last answered
         try:
             while True:
                 try:
@@ -79,14 +80,17 @@ def cluster_health(
                     if not polling:
                         raise
                     typer.echo(f"not answered: {exc}", err=True)
+                    healthy = False
                 else:
-                    if watch or not polling or health.healthy:
+                    healthy = health.healthy
+                    if watch or not polling or healthy:
                         show(health)
-                    if (health.healthy and exit_when_healthy) or not polling:
-                        return health.healthy
+                    if (healthy and exit_when_healthy) or not polling:
+                        return healthy
                 if deadline is not None and time.monotonic() >= deadline:
-                    typer.echo(f"not healthy within {timeout:g} s", err=True)
-                    return False
+                    if not healthy:
+                        typer.echo(f"not healthy within {timeout:g} s", err=True)
+                    return healthy
                 await asyncio.sleep(interval)
         finally:
             await admin.close()

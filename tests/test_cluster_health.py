@@ -6,6 +6,7 @@ every partition (health claims nothing the full status contradicts)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -77,6 +78,14 @@ async def test_health_through_a_kill_and_a_restart(tmp_path: Path) -> None:
             assert healthy.partitions == PARTITIONS and healthy.metadata_leader in (1, 2, 3)
             assert healthy.leaderless_count == healthy.under_replicated_count == 0
             assert healthy.out_of_sync == {} and healthy.replica_faults_count == 0
+            watched = cli(
+                "--watch", "--json", "--interval", "0.2", "--timeout", "1",
+                "--bootstrap", cluster.bootstrap,
+            )  # fmt: skip
+            assert watched.returncode == 0, watched.stdout + watched.stderr
+            reports = [json.loads(line) for line in watched.stdout.splitlines()]
+            assert len(reports) >= 3 and all(r["healthy"] for r in reports)
+            assert reports[-1]["partitions"] == PARTITIONS
 
             victim = 3
             cluster.kill(victim)
