@@ -507,8 +507,8 @@ class RaftNode:
     def _send_heartbeat(self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"") -> None:
         """A heartbeat of the current round. One of an earlier round still unsent (no Ready
         took it) is dropped, as if lost: the newer says all it said (commit, quiesce decision,
-        read context), and a loaded node that ticked a group again before draining it sent
-        both rounds at once, a fifth of a 10,000-partition write's messages."""
+        read context). A loaded node that ticked a group again before draining it sent both
+        rounds at once (see ``MultiRaft._drain``'s slices)."""
         pr.sent_round = self._hb_seq
         if quiesce:
             pr.quiesce_round = self._hb_seq
