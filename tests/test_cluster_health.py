@@ -143,7 +143,7 @@ def test_a_malformed_peer_part_counts_as_not_answering() -> None:
     good = {
         "led": {"t": [0, 1]},
         "under_count": 1,
-        "under": [["t", 1, [3]]],
+        "under": [["t", 1]],
         "out_of_sync": {"3": 1},
         "fault_count": 0,
         "faults": [],

@@ -64,9 +64,11 @@ def local_health(
     replicas: Iterable[Replica],
     connected: set[int],
     faults: list[dict[str, Any]],
+    factors: dict[str, int],
 ) -> dict[str, Any]:
-    """This node's part: what it leads, its led partitions with replicas out of sync (counted
-    per node, ``SAMPLE`` named), and its replicas not serving (the peer "health" call)."""
+    """This node's part: what it leads, its led partitions under-replicated (a replica out of
+    sync, counted per node, or fewer voters than the topic's replication factor in
+    ``factors``; ``SAMPLE`` named), and its replicas not serving (the peer "health" call)."""
     led: dict[str, list[int]] = {}
     under: list[list[Any]] = []
     under_count = 0
@@ -76,11 +78,11 @@ def local_health(
             continue
         led.setdefault(replica.topic, []).append(replica.partition)
         lagging = out_of_sync(replica, node_id, connected)
-        if lagging:
+        lagging_nodes.update(lagging)
+        if lagging or len(replica.raft.conf.voters) < factors.get(replica.topic, 0):
             under_count += 1
-            lagging_nodes.update(lagging)
             if len(under) < SAMPLE:
-                under.append([replica.topic, replica.partition, lagging])
+                under.append([replica.topic, replica.partition])
     return {
         "led": led,
         "under_count": under_count,
@@ -126,7 +128,7 @@ class Health:
         reply is checked, not trusted)."""
         try:
             rows = [(str(t), _u32(p)) for t, parts in part["led"].items() for p in parts]
-            under = [(str(t), _u32(p)) for t, p, _nodes in part["under"]]
+            under = [(str(t), _u32(p)) for t, p in part["under"]]
             lagging = Counter({_u32(n): _u32(c) for n, c in part["out_of_sync"].items()})
             under_count, fault_count = _u32(part["under_count"]), _u32(part["fault_count"])
             faults = [f for f in part["faults"] if _fault_row(f)]
@@ -141,11 +143,8 @@ class Health:
         self.faults.extend(faults)
 
     def finish(self, state: MetadataState, led: set[tuple[str, int]]) -> None:
-        """Leaderless partitions, and partitions short of their replication factor (also
-        under-replicated: no leader can see a replica that was never placed)."""
-        short: list[tuple[str, int]] = []
+        """Leaderless partitions: those no answering node leads."""
         for topic in sorted(state.topics.values(), key=lambda t: t.name):
-            factor = topic.settings.replication_factor
             for index, assignment in enumerate(topic.partitions):
                 if assignment.state == "retired":
                     continue  # a key-range partition retention emptied: it has no group
@@ -154,10 +153,7 @@ class Health:
                     self.leaderless_count += 1
                     if len(self.leaderless) < SAMPLE:
                         self.leaderless.append((topic.name, index))
-                if len(assignment.replicas) < factor:
-                    short.append((topic.name, index))
-        self.under_count += len(short)
-        self.under = sorted({*self.under, *short})[:SAMPLE]
+        self.under = sorted(self.under)[:SAMPLE]
         self.faults = sorted(self.faults, key=lambda f: (f["topic"], f["partition"]))[:SAMPLE]
         self.not_answering.sort()
 
@@ -185,9 +181,9 @@ def _fault_row(row: Any) -> bool:
 def node_part(node: Node) -> dict[str, Any]:
     """``local_health`` of ``node`` (what it answers the peer "health" call with)."""
     connected = set(node.peers.connected_peers())
-    return local_health(
-        node.node_id, node.runtime.replicas.values(), connected, replica_faults(node)
-    )
+    factors = {t.name: t.settings.replication_factor for t in node.state.topics.values()}
+    replicas = node.runtime.replicas.values()
+    return local_health(node.node_id, replicas, connected, replica_faults(node), factors)
 
 
 async def cluster_health(node: Node) -> Health:
