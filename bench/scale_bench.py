@@ -225,8 +225,7 @@ async def measure(partitions: int, idle_seconds: float, led_timeout: float) -> d
                     )
                     out["cpu_s_failover"] = meter.lap()
                 out["load_restart"] = load()
-                ready = await restart_ready(cluster, admin, victim, 300)
-                out["restart_ready_s"] = ready
+                out["restart_ready_s"] = await restart_ready(cluster, admin, victim, 300)
                 out["cpu_s_restart"] = meter.lap()
         finally:
             cluster.stop()
