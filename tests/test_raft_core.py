@@ -62,7 +62,7 @@ def test_new_leader_appends_noop_of_its_term() -> None:
     net = leader_net()
     ents = net.storages[2].all_entries()
     assert ents[-1].kind == EntryKind.NOOP and ents[-1].term == net[1].term
-    assert net[2].commit == ents[-1].index
+    assert net[2].commit == ents[-1].index  # a term's first commit is announced at once
 
 
 def test_prevote_keeps_partitioned_node_from_inflating_its_term() -> None:
@@ -221,6 +221,7 @@ def test_propose_many_and_multi_record_entries_occupy_offset_ranges() -> None:
     spans = net[1].propose_many([(b"a", 3), (b"b", 1), (b"c", 5)])
     assert spans == [(start, start + 2), (start + 3, start + 3), (start + 4, start + 8)]
     net.deliver()
+    net.tick_all(1)  # (followers learn a write's commit from the next round)
     assert net[2].commit == start + 8
     assert net.storages[3].term(start + 6) == net[1].term
     assert [(e.index, e.last) for e in net.committed[3][-3:]] == spans
@@ -444,12 +445,15 @@ def test_idle_group_quiesces_and_a_proposal_wakes_it() -> None:
         net[m.to].step(m)
     assert not net[2].quiesced and not net[3].quiesced
     net.deliver()
+    net.tick_all(1)
     assert net[2].commit == net[3].commit == net[1].commit
+    assert all(net[n].quiesced for n in (1, 2, 3))
 
 
-def test_a_write_is_told_committed_by_the_round_that_quiesces_the_group() -> None:
-    # Once every follower holds the write, one heartbeat round carries the commit and puts
-    # the group to sleep: no commit notice (an empty append each, answered) before it.
+def test_a_write_is_told_committed_by_the_next_tick_round_which_quiesces_the_group() -> None:
+    # The answers commit the write and nothing is sent on them: the next tick's heartbeat
+    # round carries the commit and puts the group to sleep (no commit notice, an empty
+    # append each and its answer, before it).
     net = leader_net()
     net.tick_all(2)
     net[1].propose(b"x")
@@ -464,6 +468,10 @@ def test_a_write_is_told_committed_by_the_round_that_quiesces_the_group() -> Non
     assert {m.type for m in answers} == {MessageType.APPEND_RESP}
     for m in answers:
         net[m.to].step(m)
+    assert net[1].commit == net[1].last_index
+    assert net.take() == []
+    assert not net[1].quiesced
+    net.tick(1)
     round_ = net.take()
     assert sorted((m.type, m.to) for m in round_) == [
         (MessageType.HEARTBEAT, 2),
@@ -502,25 +510,27 @@ def test_a_heartbeat_round_replaces_an_unsent_older_one_to_the_same_follower() -
     assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
 
 
-def test_the_commit_waits_for_an_owed_answer_while_heartbeats_carry_it() -> None:
-    # The first answer commits the write; node 3's answer is owed, so nothing is sent until
-    # it comes (then one round tells both). If it does not come, node 2 learns the commit
-    # from the next heartbeat round; node 3 is asked by heartbeats, and answers once back.
+def test_writes_back_to_back_carry_each_commit_on_the_next_append() -> None:
+    # One write in flight at a time (a producer waiting for each acknowledgement): each
+    # round is an append and its answer per follower, the commit riding on the next append.
     net = leader_net()
     net.tick_all(2)
-    net[1].propose(b"x")
-    for m in net.take():
-        net[m.to].step(m)
-    answers = {m.frm: m for m in net.take()}
-    net[1].step(answers[2])
-    assert net[1].commit == net[1].log.last_index()
-    assert net.take() == []
-    net[1].step(answers[3])
-    assert sorted((m.type, m.to, m.quiesce) for m in net.take()) == [
-        (MessageType.HEARTBEAT, 2, True),
-        (MessageType.HEARTBEAT, 3, True),
-    ]
+    net.sent.clear()
+    for i in range(5):
+        net[1].propose(b"w%d" % i)
+        net.deliver()
+        assert net[1].commit == net[1].last_index
+    assert {m.type for m in net.sent} == {MessageType.APPEND, MessageType.APPEND_RESP}
+    assert len(net.sent) == 5 * 4
+    assert net[2].commit == net[3].commit == net[1].commit - 1  # (the last, at the tick)
+    net.tick(1)
+    net.deliver()
+    assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
 
+
+def test_a_follower_holding_the_write_learns_the_commit_from_the_next_round() -> None:
+    # Node 3 is away: node 2 learns the commit from the next heartbeat round; node 3 is
+    # asked by heartbeats, and answers once back.
     net = leader_net()
     net.tick_all(2)
     net.isolate(3)
@@ -552,10 +562,10 @@ def test_a_prompt_commit_group_tells_the_commit_without_waiting_for_the_slower_a
     ]
 
 
-def node_3_back_and_probed() -> Net:
+def node_3_back_and_probed(**cfg: object) -> Net:
     """Node 3 missed a write while reported down; reported up, the leader's probe to it is
     queued (not delivered)."""
-    net = leader_net()
+    net = leader_net(**cfg)
     net.isolate(3)
     net[1].report_node_down(3)
     net[1].propose(b"written while 3 was away")
@@ -566,10 +576,10 @@ def node_3_back_and_probed() -> Net:
 
 
 def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while() -> None:
-    # A write the group cannot quiesce after (node 3 is being probed) is told committed by
-    # an empty append; until node 2 answers it, a heartbeat would only ask what that answer
-    # will say. If the notice is lost, heartbeats resume one round later.
-    net = node_3_back_and_probed()
+    # A prompt group's write it cannot quiesce after (node 3 is being probed) is told
+    # committed by an empty append; until node 2 answers it, a heartbeat would only ask what
+    # that answer will say. If the notice is lost, heartbeats resume one round later.
+    net = node_3_back_and_probed(prompt_commit=True)
     net.take()  # (the probe to node 3, lost)
     net[1].propose(b"x")
     for m in net.take():
@@ -682,6 +692,7 @@ def test_deliver_committed_false_moves_only_the_commit() -> None:
     net = leader_net(deliver_committed=False)
     net[1].propose(b"a")
     net.deliver()
+    net.tick_all(1)
     assert net.committed[2] == []
     assert net.hard_states[2].commit == net[1].commit
 

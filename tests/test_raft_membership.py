@@ -234,6 +234,7 @@ def test_add_voter_directly_and_the_new_voter_can_lead() -> None:
     assert net[4].role == Role.LEADER
     net[4].propose(b"from 4")
     net.deliver()
+    net.tick_all(1)  # (followers learn a write's commit from the next round)
     assert all(net[n].commit == net[4].commit for n in (1, 2, 3, 4))
 
 

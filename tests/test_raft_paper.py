@@ -32,6 +32,7 @@ def test_figure7_leader_repairs_any_follower_log(case: str) -> None:
     assert net[1].term == 8
     net[1].propose(b"after")
     net.deliver()
+    net.tick_all(1)  # (followers learn a write's commit from the next round)
     assert net.entries(2) == net.entries(1)
     terms = [t for _, _, t in net.entries(1)]
     assert terms == [*LEADER_LOG, 8, 8]

@@ -157,6 +157,8 @@ class RaftNode:
         self._hb_seen = -1  # newest heartbeat round seen from the current leader
         self._persisted = last  # what storage holds at construction is durable
         self._noop_index = _NO_LIMIT
+        # (leader) The newest entry whose commit is announced at once (``_announce_now``).
+        self._prompt_index = _NO_LIMIT
         # Configuration: base (as of base.index) plus CONFIG entries above it, oldest first.
         self._base = ConfState(tuple(sorted(conf.voters)), tuple(sorted(conf.learners)), conf.index)
         self._conf_log: list[tuple[int, ConfState]] = []
@@ -387,7 +389,7 @@ class RaftNode:
         me.recent_active = True
         self._bcast_commit = -1
         noop = Entry(self.term, last + 1, last + 1, NOOP, b"")
-        self._noop_index = noop.index
+        self._noop_index = self._prompt_index = noop.index
         self.log.append([noop])
         self._dirty_all = True
 
@@ -437,20 +439,6 @@ class RaftNode:
             return False
         down = self._down
         return all(pr.match == last for nid, pr in self.prs.items() if nid not in down)
-
-    def _answer_owed(self) -> bool:
-        """A live follower was sent every entry and has not answered yet. The commit notice
-        waits for that answer: then one heartbeat round tells every follower the commit and
-        quiesces the group, where notices (an empty append each, answered), then a quiescing
-        round took twice the messages. Meanwhile a follower that has every entry learns the
-        commit from the heartbeat rounds, and one that never answers (a dead node not yet
-        reported) would not take a notice either."""
-        last = self.log.last_index()
-        down = self._down
-        for nid, pr in self.prs.items():
-            if nid != self.id and nid not in down and pr.sent_all_unanswered(last):
-                return True
-        return False
 
     def _bcast_heartbeat(self) -> None:
         """One heartbeat round. A follower that owes an answer to entries sent it within the
@@ -1002,9 +990,9 @@ class RaftNode:
         if m.reject:
             self._handle_reject(m, pr)
             return
+        if m.index == last:  # level (perhaps already, told the commit now): quiet group?
+            self._quiesce_check = True
         if pr.maybe_update(m.index):
-            if m.index == last:
-                self._quiesce_check = True
             if pr.state == PROBE:
                 pr.become_replicate()
             elif pr.state == REPLICATE:
@@ -1155,22 +1143,57 @@ class RaftNode:
                                 if pr.state != REPLICATE:
                                     break
                 self._dirty.clear()
-            c = self.commit
             check, self._quiesce_check = self._quiesce_check, False
-            if c > self._bcast_commit and (self.cfg.prompt_commit or not self._answer_owed()):
-                self._bcast_commit = c
-                if self._can_quiesce():
-                    self._bcast_heartbeat()  # it carries the commit and puts the group to sleep
-                else:
-                    for nid, pr in prs.items():
-                        if nid != me and pr.sent_commit < c and pr.commit < c:
-                            self._send_append(nid, pr, True)
-            elif check and not self._quiesced and self._can_quiesce():
+            c = self.commit
+            if c > self._bcast_commit and self._announce_now():
+                self._announce_commit(c)
+            elif check and not self._quiesced and self._can_quiesce() and self._commit_sent(c):
                 # A follower caught up on committed entries (a returning node): put the group
-                # to sleep now rather than at the next tick's round.
+                # to sleep now rather than at the next tick's round, which would say nothing new.
                 self._bcast_heartbeat()
         if self._pending_ack is not None:
             self._flush_ack()
+
+    def _announce_commit(self, c: int) -> None:
+        """Tell followers commit ``c`` now: the quiescing heartbeat round carries it or,
+        while the group cannot quiesce, an empty append to each follower that lacks it."""
+        self._bcast_commit = c
+        if self._can_quiesce():
+            self._bcast_heartbeat()
+        else:
+            for nid, pr in self.prs.items():
+                if nid != self.id and pr.sent_commit < c and pr.commit < c:
+                    self._send_append(nid, pr, True)
+
+    def _announce_now(self) -> bool:
+        """Whether a moved commit is announced at once: always in a prompt group, otherwise
+        only the commit of a new term's no-op or of a membership change (``_prompt_index``),
+        and not while a live follower owes the answer to entries sent it (that answer then
+        brings the round). Other commits ride on the next append or the next tick's
+        heartbeat round: writes back to back cost an append and its answer per follower and
+        round, not also a commit round (one write in flight, 3 nodes: a third less node CPU
+        per round). Groups just elected (10,000 at a topic's creation, thousands after a
+        node died) still go to sleep at once, and members learn a change as soon as it
+        commits."""
+        if self.cfg.prompt_commit:
+            return True
+        if not self._bcast_commit < self._prompt_index <= self.commit:
+            return False
+        last = self.log.last_index()
+        down = self._down
+        for nid, pr in self.prs.items():
+            if nid != self.id and nid not in down and pr.sent_all_unanswered(last):
+                return False
+        return True
+
+    def _commit_sent(self, c: int) -> bool:
+        """Every live follower was sent commit ``c`` or reported knowing it."""
+        down = self._down
+        return all(
+            pr.sent_commit >= c or pr.commit >= c
+            for nid, pr in self.prs.items()
+            if nid != self.id and nid not in down
+        )
 
     # ----------------------------------------------------------------- proposals
 
@@ -1235,6 +1258,7 @@ class RaftNode:
         idx = self.log.last_index() + 1
         e = Entry(self.term, idx, idx, CONFIG, encode_conf(new))
         self.log.append([e])
+        self._prompt_index = idx
         self._note_configs([e])
         self._dirty_all = True
         self._quiesced = False

@@ -137,9 +137,10 @@ class RaftConfig:
     seed: int | None = None
     deliver_committed: bool = True
     prompt_commit: bool = False
-    """Tell followers a new commit at once, even while another follower owes the answer to
-    the entries (by default the leader waits for it, then one heartbeat round announces the
-    commit and quiesces the group). For a group every node answers reads of."""
+    """Tell followers a new commit at once (the quiescing round, or empty appends while the
+    group cannot quiesce). By default they learn it from the next append or the next tick's
+    heartbeat round, so writes back to back take no commit round each. For a group every
+    node answers reads of."""
     # Last offset the application already applied (restart): delivery resumes after it.
     applied: int = -1
 
