@@ -19,8 +19,11 @@ moment the consumer hands it to the application (one clock, ``time.perf_counter`
 The producer paces itself on a 1 ms timer (each wake-up sends what is due), so records leave
 in small bursts as an application's would. Records of a short warm-up at each rate are not
 counted. A side that falls a second behind the rate (its client saturates) stops that rate
-early and is reported as ``saturated`` with the rate it reached. The last line is one JSON
-object: p50/p99 per rate for both.
+early and is reported as ``saturated`` with the rate it reached. Before the rates, each side
+sends 2,000 records one at a time, each once the one before is acknowledged
+(``one_in_flight``): a record's path with nothing queued ahead of it, and the servers' CPU
+per record, what one replication round costs. The last line is one JSON object: p50/p99 per
+rate and one in flight, for both.
 
     python bench/latency_bench.py --quick
 """
@@ -62,6 +65,7 @@ DRAIN_SECONDS = 20.0
 
 Send = Callable[[bytes], Awaitable[Any]]
 Flush = Callable[[], Awaitable[Any]]
+LONE_RECORDS = 2_000
 
 
 class Receiver:
@@ -148,6 +152,37 @@ async def run_rates(
     return out
 
 
+async def one_in_flight(
+    send_acked: Send, receiver: Receiver, count: int, servers: list[int]
+) -> dict[str, Any]:
+    """``count`` records, each sent once the one before is acknowledged: a record's whole path
+    with nothing queued ahead of it, and the servers' CPU per record is what one replication
+    round costs (the figure that sets latency once the CPU is shared)."""
+    for sequence in range(50):  # warm-up, not counted
+        await send_acked(STAMP.pack(time.perf_counter(), sequence, 0) + PAD)
+    receiver.latencies = []
+    receiver.acks = []
+    receiver.received = 0
+    receiver.expected = count
+    receiver.done.clear()
+    server_cpu = cpu_seconds(servers)
+    clock = time.perf_counter
+    for sequence in range(count):
+        sent = clock()
+        await send_acked(STAMP.pack(sent, sequence, 1) + PAD)
+        receiver.acks.append(clock() - sent)
+    server_cpu = cpu_seconds(servers) - server_cpu
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(receiver.done.wait(), DRAIN_SECONDS)
+    acks = sorted(receiver.acks)
+    out = summary(receiver.latencies, count, count / sum(acks))
+    out["ack_p50_ms"] = round(acks[len(acks) // 2] * 1000, 2)
+    out["ack_p99_ms"] = round(acks[int(len(acks) * 0.99)] * 1000, 2)
+    out["server_cpu_ms_per_1k"] = round(server_cpu * 1e6 / count, 1)
+    print(f"  one in flight: {json.dumps(out)}", file=sys.stderr, flush=True)
+    return out
+
+
 def summary(latencies: list[float], sent: int, reached: float) -> dict[str, Any]:
     ordered = sorted(latencies)
     if not ordered:
@@ -198,6 +233,9 @@ async def laminar_side(work: Path, rates: list[int], seconds: float, linger_ms: 
                 future = await producer.send(TOPIC, value)
                 future.add_done_callback(functools.partial(acked, sent, counted))
 
+            async def send_acked(value: bytes) -> None:
+                await (await producer.send(TOPIC, value))
+
             async def consume() -> None:
                 clock = time.perf_counter
                 while True:
@@ -209,7 +247,9 @@ async def laminar_side(work: Path, rates: list[int], seconds: float, linger_ms: 
             reader = asyncio.create_task(consume())
             try:
                 pids = [node.pid for node in cluster.nodes.values() if node.pid is not None]
+                lone = await one_in_flight(send_acked, receiver, LONE_RECORDS, pids)
                 result = await run_rates(send, producer.flush, receiver, rates, seconds, pids)
+                result["one_in_flight"] = lone
             finally:
                 reader.cancel()
             if failures:
@@ -268,8 +308,13 @@ async def nats_side(work: Path, rates: list[int], seconds: float) -> Any:
             if publishes:
                 await asyncio.wait(list(publishes), timeout=DRAIN_SECONDS)
 
+        async def send_acked(value: bytes) -> None:
+            await js.publish(SUBJECT, value)
+
         try:
+            lone = await one_in_flight(send_acked, receiver, LONE_RECORDS, pids)
             result = await run_rates(send, flush, receiver, rates, seconds, pids)
+            result["one_in_flight"] = lone
         finally:
             await client.close()
         if failures:
