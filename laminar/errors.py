@@ -167,7 +167,8 @@ class AuthorizationError(LaminarError):
 
 class NodeStartingError(LaminarError):
     """This node answers clients but has not joined the cluster yet (it is still opening its
-    replicas): it cannot judge the cluster's health. Another node can; ``Admin`` asks one."""
+    replicas, or has not heard from the metadata leader): it cannot judge the cluster's
+    health. Another node can; ``Admin`` asks one."""
 
     code = 52
 

@@ -189,13 +189,15 @@ def node_part(node: Node) -> dict[str, Any]:
 async def cluster_health(node: Node) -> Health:
     """Gather every live node's part (``local_health``) and judge the whole.
 
-    A node still opening its replicas answers clients before it joins the cluster; knowing no
-    peer then, it would call every other node down and every partition leaderless. It says
-    it cannot tell instead (``NodeStartingError``)."""
-    if not node.swim.started:
+    A restarting node answers clients before it joins the cluster; knowing no peer then, it
+    would call every other node down and every partition leaderless. Until it has heard of a
+    metadata leader with its gossip running (``Node.joined``) it says it cannot tell instead
+    (``NodeStartingError``): gossip running was not enough, a view from just after that still
+    called a peer down."""
+    if not node.joined:
         raise NodeStartingError(
             f"node {node.node_id} has not joined the cluster yet (it is opening its "
-            "replicas): ask another node"
+            "replicas or has not heard from the metadata leader): ask another node"
         )
     live = set(node.live_nodes())
     registered = sorted(node.state.nodes)

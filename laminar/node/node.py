@@ -148,6 +148,9 @@ class Node:
         self.identity = IdentityCheck(config, self.calls, self.peers, self.state, service)
         self.calls.register("knows", self.identity.serve_knows)
         self.client_addresses: dict[int, str] = {self.node_id: config.listen}
+        self.joined = False
+        """This node has heard of a metadata leader since it started, with its gossip running:
+        before, a restarting node knows no peer's state (``health.cluster_health``)."""
         self.metadata: Replica | None = None
         self._opening: set[asyncio.Task[None]] = set()
         """Running ``_open_partitions`` tasks (a restart waits for them, see start)."""
@@ -463,6 +466,8 @@ class Node:
         while True:
             await asyncio.sleep(self.config.tick_ms / 1000)
             self.peers.check_liveness()
+            if not self.joined and self.swim.started and self.metadata_leader:
+                self.joined = True
 
     def live_nodes(self) -> list[int]:
         return sorted(self.placement.live())
