@@ -440,6 +440,20 @@ class RaftNode:
         down = self._down
         return all(pr.match == last for nid, pr in self.prs.items() if nid not in down)
 
+    def _answer_owed(self) -> bool:
+        """A live follower was sent every entry and has not answered yet. The commit notice
+        waits for that answer: then one heartbeat round tells every follower the commit and
+        quiesces the group, where notices (an empty append each, answered), then a quiescing
+        round took twice the messages. Meanwhile a follower that has every entry learns the
+        commit from the heartbeat rounds, and one that never answers (a dead node not yet
+        reported) would not take a notice either."""
+        last = self.log.last_index()
+        down = self._down
+        for nid, pr in self.prs.items():
+            if nid != self.id and nid not in down and pr.sent_all_unanswered(last):
+                return True
+        return False
+
     def _bcast_heartbeat(self) -> None:
         """One heartbeat round. A follower that owes an answer to entries sent it within the
         last few rounds is skipped, unless its window is full: that append already reset its
@@ -1177,14 +1191,7 @@ class RaftNode:
         commits."""
         if self.cfg.prompt_commit:
             return True
-        if not self._bcast_commit < self._prompt_index <= self.commit:
-            return False
-        last = self.log.last_index()
-        down = self._down
-        for nid, pr in self.prs.items():
-            if nid != self.id and nid not in down and pr.sent_all_unanswered(last):
-                return False
-        return True
+        return self._bcast_commit < self._prompt_index <= self.commit and not self._answer_owed()
 
     def _commit_sent(self, c: int) -> bool:
         """Every live follower was sent commit ``c`` or reported knowing it."""
