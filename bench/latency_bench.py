@@ -79,6 +79,21 @@ class Receiver:
         self.expected = 0
         self.done = asyncio.Event()
 
+    def reset(self, expected: int) -> None:
+        """Start counting a new phase of ``expected`` records."""
+        self.latencies = []
+        self.acks = []
+        self.received = 0
+        self.expected = expected
+        self.done.clear()
+
+    def ack_figures(self) -> dict[str, float]:
+        acks = sorted(self.acks)
+        return {
+            "ack_p50_ms": round(acks[len(acks) // 2] * 1000, 2),
+            "ack_p99_ms": round(acks[int(len(acks) * 0.99)] * 1000, 2),
+        }
+
     def got(self, value: bytes | memoryview, now: float) -> None:
         sent, _sequence, counted = STAMP.unpack_from(value)
         if counted:
@@ -123,11 +138,7 @@ async def run_rates(
     out: dict[str, Any] = {}
     for rate in rates:
         await paced(send, rate, WARMUP_SECONDS, 0)
-        receiver.latencies = []
-        receiver.acks = []
-        receiver.received = 0
-        receiver.expected = int(rate * seconds)
-        receiver.done.clear()
+        receiver.reset(int(rate * seconds))
         server_cpu, client_cpu = cpu_seconds(servers), time.process_time()
         count, reached = await paced(send, rate, seconds, 1)
         receiver.expected = count
@@ -143,9 +154,7 @@ async def run_rates(
             out[str(rate)]["server_cpu_ms_per_1k"] = round(server_cpu * 1e6 / count, 1)
             out[str(rate)]["client_cpu_ms_per_1k"] = round(client_cpu * 1e6 / count, 1)
         if receiver.acks:
-            acks = sorted(receiver.acks)
-            out[str(rate)]["ack_p50_ms"] = round(acks[len(acks) // 2] * 1000, 2)
-            out[str(rate)]["ack_p99_ms"] = round(acks[int(len(acks) * 0.99)] * 1000, 2)
+            out[str(rate)].update(receiver.ack_figures())
         if count < int(rate * seconds):
             out[str(rate)]["saturated"] = True  # its client fell a second behind: gave up
         print(f"  {rate:>7}/s: {json.dumps(out[str(rate)])}", file=sys.stderr, flush=True)
@@ -160,11 +169,7 @@ async def one_in_flight(
     round costs (the figure that sets latency once the CPU is shared)."""
     for sequence in range(50):  # warm-up, not counted
         await send_acked(STAMP.pack(time.perf_counter(), sequence, 0) + PAD)
-    receiver.latencies = []
-    receiver.acks = []
-    receiver.received = 0
-    receiver.expected = count
-    receiver.done.clear()
+    receiver.reset(count)
     server_cpu = cpu_seconds(servers)
     clock = time.perf_counter
     for sequence in range(count):
@@ -174,10 +179,8 @@ async def one_in_flight(
     server_cpu = cpu_seconds(servers) - server_cpu
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(receiver.done.wait(), DRAIN_SECONDS)
-    acks = sorted(receiver.acks)
-    out = summary(receiver.latencies, count, count / sum(acks))
-    out["ack_p50_ms"] = round(acks[len(acks) // 2] * 1000, 2)
-    out["ack_p99_ms"] = round(acks[int(len(acks) * 0.99)] * 1000, 2)
+    out = summary(receiver.latencies, count, count / sum(receiver.acks))
+    out.update(receiver.ack_figures())
     out["server_cpu_ms_per_1k"] = round(server_cpu * 1e6 / count, 1)
     print(f"  one in flight: {json.dumps(out)}", file=sys.stderr, flush=True)
     return out
