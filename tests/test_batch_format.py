@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from laminar.errors import BatchTooLargeError, CorruptBatchError
+from laminar.segment import batch as batch_module
 from laminar.segment import varint
 from laminar.segment.batch import (
     ATTR_CONTROL,
@@ -191,6 +192,50 @@ def test_round_trip_property(recs: list, base: int, term: int) -> None:  # type:
     assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in out] == [
         (base + i, ts, k, v, tuple(hs)) for i, (k, v, hs, ts) in enumerate(recs)
     ]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.one_of(st.none(), st.binary(max_size=20_000)), st.integers(-3, 20_000)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(0, 2**41),
+    st.sampled_from((1, 3, 300, 9000)),
+)
+def test_plain_records_encode_as_the_general_path_does(
+    values: list[tuple[bytes | None, int]], ts: int, least: int
+) -> None:
+    """Unkeyed, header-less records take a faster loop (``send_many``'s shape): its bytes are
+    the general loop's, with runs of one timestamp and timestamps out of order too, and past
+    the 64- and 8,192-record steps of the offset delta's varint (its table grows as batches
+    do)."""
+    if least > 3:  # many records: small values keep the batch small
+        values = [(None if v is None else v[:3], step) for v, step in values]
+    values = values * -(-least // len(values))
+    records = [(None, v, (), ts + step // 4) for v, step in values]
+    fast = build_batch(records)
+    assert batch_module._plain(records)
+    general: list[bytes | bytearray] = []
+    max_ts = batch_module._add_records(records, records[0][3], general)
+    assert read_header(fast).max_timestamp == max_ts == max(r[3] for r in records)
+    assert fast[HEADER_SIZE:] == b"".join(general)
+    out = decode_records(bytearray(fast))
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in out] == [
+        (i, t, None, v) for i, (_k, v, _h, t) in enumerate(records)
+    ]
+
+
+def test_records_that_are_not_plain_take_the_general_loop() -> None:
+    """A key (even an empty one) or a header keeps the general encoding."""
+    plain = [(None, b"v", (), 5), (None, None, (), 6)]
+    assert batch_module._plain(plain)
+    for other in ((b"", b"v", (), 5), (None, b"v", (("h", None),), 5)):
+        records = [*plain, other]
+        assert not batch_module._plain(records)
+        out = decode_records(bytearray(build_batch(records)))
+        assert (out[-1].key, out[-1].value, out[-1].headers) == (other[0], other[1], other[2])
 
 
 @given(

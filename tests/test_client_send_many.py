@@ -8,8 +8,11 @@ from collections import deque
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from laminar.client import Producer
+from laminar.client.accumulator import record_size
 from laminar.client.bulk import plan
 from laminar.client.partitioner import key_partition
 from laminar.errors import (
@@ -180,5 +183,52 @@ def test_plan_is_pure_and_keeps_input_order() -> None:
     # 34-byte records, 100-byte chunks: runs of 2 records go to 2, 0, 1, 2, 0
     assert {p: g[0] for p, g in groups.items()} == {2: [0, 1, 6, 7], 0: [2, 3, 8, 9], 1: [4, 5]}
     assert groups[2][2] == [34, 68, 102, 136]
+    exact = plan(values, None, (), 1, 3, None, 2, 68)  # a run that fills its chunk exactly
+    assert {p: g[0] for p, g in exact.items()} == {2: [0, 1, 6, 7], 0: [2, 3, 8, 9], 1: [4, 5]}
     keyed = plan([b"a", b"b", b"c"], [b"x", b"y", b"x"], (), 1, 2, lambda k: k == b"y", 0, 100)
     assert {p: g[0] for p, g in keyed.items()} == {0: [0, 2], 1: [1]}
+
+
+def _plan_one_by_one(values, keys, headers, ts, partitions, choose, sticky, chunk_bytes):  # type: ignore[no-untyped-def]
+    """``plan``'s rule written record by record, to check its C-level shortcuts against."""
+    out: dict = {}  # type: ignore[type-arg]
+    keys = [None] * len(values) if keys is None else keys
+    partition, run = sticky % partitions, 0
+    for index, (key, value) in enumerate(zip(keys, values, strict=True)):
+        size = record_size(key, value, headers)
+        if choose is not None:
+            target = choose(key)
+        else:
+            if run and run + size > chunk_bytes:
+                partition, run = (partition + 1) % partitions, 0
+            run += size
+            target = partition
+        positions, records, totals = out.setdefault(target, ([], [], []))
+        positions.append(index)
+        records.append((key, value, headers, ts))
+        totals.append((totals[-1] if totals else 0) + size)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=60)), max_size=40),
+    st.booleans(),
+    st.booleans(),
+    st.integers(1, 4),
+    st.integers(0, 7),
+    st.integers(1, 200),
+)
+def test_plan_groups_as_one_record_at_a_time_would(
+    values: list[bytes | None],
+    keyed: bool,
+    with_headers: bool,
+    partitions: int,
+    sticky: int,
+    chunk_bytes: int,
+) -> None:
+    keys = [None if v is None else v[:2] for v in values] if keyed else None
+    headers = (("h", b"1"),) if with_headers else ()
+    for choose in (None, (lambda k: len(k or b"") % partitions) if keyed else None):
+        args = (values, keys, headers, 9, partitions, choose, sticky, chunk_bytes)
+        assert plan(*args) == _plan_one_by_one(*args)

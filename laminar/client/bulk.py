@@ -11,7 +11,10 @@ delivery is tracked per batch slice (``BulkDelivery``), not per record.
 from __future__ import annotations
 
 import asyncio
+from bisect import bisect_right
 from collections.abc import Callable, Generator, Sequence
+from itertools import accumulate, repeat
+from operator import add
 from typing import Any
 
 from laminar.client.accumulator import RECORD_OVERHEAD, ProducerBatch, RecordTuple, record_size
@@ -39,57 +42,63 @@ def plan(
     at batch granularity: whole batches, spread over the partitions)."""
     out: dict[int, tuple[list[int], list[RecordTuple], list[int]]] = {}
     count = len(values)
-    if keys is None:
-        keys = [None] * count
-    elif len(keys) != count:
+    if keys is not None and len(keys) != count:
         raise ValueError(f"{len(keys)} keys for {count} values")
-    if headers:
-        sizes = [record_size(k, v, headers) for k, v in zip(keys, values, strict=True)]
-    else:
-        sizes = [
-            RECORD_OVERHEAD + (len(k) if k else 0) + (len(v) if v else 0)
-            for k, v in zip(keys, values, strict=True)
-        ]
+    sizes = _sizes(values, keys, headers)
+    cumulative = list(accumulate(sizes))
     if choose is None:
         start = 0
         partition = sticky % partitions
         while start < count:
-            end, total = start, 0
-            while end < count and (end == start or total + sizes[end] <= chunk_bytes):
-                total += sizes[end]
-                end += 1
-            _extend(out, partition, range(start, end), keys, values, headers, timestamp_ms, sizes)
+            before = cumulative[start - 1] if start else 0
+            end = max(start + 1, bisect_right(cumulative, before + chunk_bytes, start, count))
+            positions, records, totals = _entry(out, partition)
+            positions.extend(range(start, end))
+            records.extend(
+                zip(
+                    repeat(None) if keys is None else keys[start:end],
+                    values[start:end],
+                    repeat(headers),
+                    repeat(timestamp_ms),
+                )
+            )
+            shift = (totals[-1] if totals else 0) - before  # onto this partition's total
+            totals.extend(map(add, cumulative[start:end], repeat(shift)))
             partition = (partition + 1) % partitions
             start = end
         return out
+    assert keys is not None, "a partitioner chooses by key"
     by_partition: dict[int, list[int]] = {}
     for index, key in enumerate(keys):
         by_partition.setdefault(choose(key), []).append(index)
     for partition, indexes in by_partition.items():
-        _extend(out, partition, indexes, keys, values, headers, timestamp_ms, sizes)
+        positions, records, totals = _entry(out, partition)
+        positions.extend(indexes)
+        records.extend([(keys[i], values[i], headers, timestamp_ms) for i in indexes])
+        total = totals[-1] if totals else 0  # onto this partition's total
+        totals.extend(map(total.__add__, accumulate([sizes[i] for i in indexes])))
     return out
 
 
-def _extend(
-    out: dict[int, tuple[list[int], list[RecordTuple], list[int]]],
-    partition: int,
-    indexes: Sequence[int],
-    keys: Sequence[bytes | None],
-    values: Sequence[bytes | None],
-    headers: Headers,
-    timestamp_ms: int,
-    sizes: list[int],
-) -> None:
+def _sizes(
+    values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, headers: Headers
+) -> list[int]:
+    """Each record's size estimate (``record_size``); the common shape (no keys, no headers,
+    no null values) is computed in C."""
+    if keys is None:
+        if not headers and values.count(None) == 0:
+            return list(map(RECORD_OVERHEAD.__add__, map(len, values)))  # type: ignore[arg-type]
+        return [record_size(None, v, headers) for v in values]
+    return [record_size(k, v, headers) for k, v in zip(keys, values, strict=True)]
+
+
+def _entry(
+    out: dict[int, tuple[list[int], list[RecordTuple], list[int]]], partition: int
+) -> tuple[list[int], list[RecordTuple], list[int]]:
     entry = out.get(partition)
     if entry is None:
         entry = out[partition] = ([], [], [])
-    positions, records, cumulative = entry
-    total = cumulative[-1] if cumulative else 0
-    positions.extend(indexes)
-    records.extend([(keys[i], values[i], headers, timestamp_ms) for i in indexes])
-    for i in indexes:
-        total += sizes[i]
-        cumulative.append(total)
+    return entry
 
 
 class BulkDelivery:

@@ -64,10 +64,15 @@ def _as_bytes(name: str, value: object) -> bytes | None:
     raise TypeError(f"{name} must be bytes or None, not {type(value).__name__}")
 
 
+_BYTES_OR_NONE = frozenset((bytes, type(None)))
+
+
 def _bytes_list(name: str, items: Sequence[object]) -> list[bytes | None]:
     """``items`` as a list of bytes/None (bytearray and memoryview copied); TypeError naming
     the first bad item otherwise."""
     out = list(items)
+    if set(map(type, out)) <= _BYTES_OR_NONE:  # the common case, checked in C
+        return out  # type: ignore[return-value]
     for index, item in enumerate(out):
         if item is not None and type(item) is not bytes:
             if isinstance(item, bytearray | memoryview):
