@@ -79,3 +79,31 @@ def test_compaction_keeps_every_live_state_including_buffered_ones(tmp_path: Pat
     assert [again.load(d)[0].term for d in dirs] == [4197, 4198, 4199]  # type: ignore[union-attr]
     again.close()
     assert journal.path.stat().st_size < 103 * 200  # 3 records at compaction, 100 since
+
+
+def test_compaction_after_a_reopen_keeps_replayed_states_and_drops_forgotten_ones(
+    tmp_path: Path,
+) -> None:
+    # A compaction writes each live state's record as it was last written or replayed: the
+    # states only replayed from the file must survive it byte for byte, forgotten ones not.
+    dirs = replica_dirs(tmp_path, 5)
+    journal = StateJournal(tmp_path / JOURNAL_FILE)
+    for n, directory in enumerate(dirs):
+        journal.write(directory, HardState(term=10 + n, vote=n, commit=-1), CONF)
+    journal.forget(dirs[4].name)
+    journal.sync()
+    journal.close()
+    reopened = StateJournal(tmp_path / JOURNAL_FILE)
+    reopened.open()
+    for term in range(4200):  # only dirs[0] changes: compacted along the way
+        reopened.write(dirs[0], HardState(term=100 + term, vote=1, commit=-1), CONF)
+        if term % 100 == 99:
+            reopened.sync()
+    reopened.close()
+    assert reopened.path.stat().st_size < 104 * 200  # 4 records at compaction, 100 since
+    again = StateJournal(tmp_path / JOURNAL_FILE)
+    assert again.load(dirs[0])[0] == HardState(term=4299, vote=1, commit=-1)
+    for n in (1, 2, 3):
+        assert again.load(dirs[n]) == (HardState(term=10 + n, vote=n, commit=-1), CONF)
+    assert again.load(dirs[4]) == (None, None)  # forgotten (no state file either)
+    again.close()

@@ -62,6 +62,10 @@ class StateJournal:
         self.path = path
         self._lock = threading.Lock()
         self._states: dict[str, dict[str, Any]] = {}
+        self._encoded: dict[str, bytes] = {}
+        """Each live state's record as written: a compaction joins them instead of encoding
+        10,000 documents again (50 ms of the flush thread, several times that on a busy node
+        whose loop holds the GIL, while every acknowledgement waited for the pass)."""
         self._records = 0
         self._buffer: list[bytes] = []
         self._fd = -1
@@ -75,6 +79,7 @@ class StateJournal:
 
     def _open(self) -> None:
         self._states.clear()
+        self._encoded.clear()
         self._records = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -88,12 +93,16 @@ class StateJournal:
             if len(payload) < length or zlib.crc32(payload) != crc:
                 break
             document = json.loads(payload)
+            name = document["name"]
+            end = position + HEADER.size + length
             if document.get("forget"):
-                self._states.pop(document["name"], None)
+                self._states.pop(name, None)
+                self._encoded.pop(name, None)
             else:
-                self._states[document["name"]] = document
+                self._states[name] = document
+                self._encoded[name] = data[position:end]
             self._records += 1
-            position += HEADER.size + length
+            position = end
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if position < len(data):
             os.ftruncate(self._fd, position)
@@ -134,9 +143,11 @@ class StateJournal:
     def write(self, directory: Path, hard: HardState, conf: ConfState) -> None:
         """Append a replica's new state; durable with the next ``sync``."""
         document = _state_document(directory.name, hard, conf)
+        record = _encode(document)
         with self._lock:
             self._states[directory.name] = document
-            self._append(_encode(document))
+            self._encoded[directory.name] = record
+            self._append(record)
 
     def forget(self, name: str) -> None:
         """The replica's directory is gone: drop its state (durable with the next sync)."""
@@ -144,6 +155,7 @@ class StateJournal:
             if self._fd < 0:
                 self._open()
             if self._states.pop(name, None) is not None:
+                del self._encoded[name]
                 self._append(_encode({"name": name, "forget": True}))
 
     def sync(self) -> None:
@@ -173,7 +185,7 @@ class StateJournal:
     def _compact(self) -> None:
         """Rewrite the journal with one record per live replica (under the lock)."""
         tmp = self.path.with_name(self.path.name + ".tmp")
-        data = b"".join(_encode(document) for document in self._states.values())
+        data = b"".join(self._encoded.values())
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, data)
