@@ -487,6 +487,25 @@ def test_a_write_is_told_committed_by_the_next_tick_round_which_quiesces_the_gro
     assert not [m for m in net.sent if m.type == MessageType.APPEND and not m.entries]
 
 
+def test_a_follower_tick_says_whether_it_made_work() -> None:
+    # The runtime ticks thousands of groups and asks has_ready only of those whose tick may
+    # have made work: a follower's tick makes none until its election timer runs out.
+    net = leader_net()
+    net[1].propose(b"x")
+    net.deliver()
+    net.isolate(1)
+    follower = net[2]
+    assert not follower.quiesced and not follower.has_ready()
+    for _ in range(3 * ET):
+        if follower.tick():
+            break
+        assert not follower.has_ready()
+    else:
+        pytest.fail("the follower never campaigned")
+    assert follower.has_ready() and any(m.type == MessageType.PRE_VOTE for m in follower.msgs)
+    assert net[1].tick()  # a leader's tick may always make work (heartbeats, stepping down)
+
+
 def test_a_heartbeat_round_replaces_an_unsent_older_one_to_the_same_follower() -> None:
     # A loaded node may tick a group again before draining its Ready: the older round, still
     # unsent, says nothing the newer does not, so each follower gets the newest round only.

@@ -20,6 +20,7 @@ from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
 TAIL_BYTES = 8 << 20
+_NORMAL, _NOOP = EntryKind.NORMAL, EntryKind.NOOP  # (read once: per entry below)
 """At most this much of a log's tail is read into memory on open (``LogStorage``): as much as
 one read of the producer table's rebuild took before; the rest is read from the log."""
 
@@ -42,13 +43,13 @@ def batch_to_entry(view: memoryview) -> Entry:
     last = header.base_offset + header.last_offset_delta
     if record_batch.is_control(header):
         if is_raft_noop(view):  # (no decoding for the commonest control batch)
-            return Entry(header.term, header.base_offset, last, EntryKind.NOOP, b"")
+            return Entry(header.term, header.base_offset, last, _NOOP, b"")
         record = record_batch.decode_records(view)[0]
         kind = _KIND.unpack(record.key or b"\0\0")[0]
         if kind in _CORE_KINDS:
             payload = record.value or b""
             return Entry(header.term, header.base_offset, last, EntryKind(kind), payload)
-    return Entry(header.term, header.base_offset, last, EntryKind.NORMAL, view)
+    return Entry(header.term, header.base_offset, last, _NORMAL, view)
 
 
 class LogStorage:
@@ -114,7 +115,7 @@ class LogStorage:
         for entry in entries:
             if entry.index < log.end_offset:
                 self.truncate(entry.index)
-            if entry.kind != EntryKind.NORMAL:
+            if entry.kind != _NORMAL:
                 log.append_stamped(control_entry_batch(entry))
                 continue
             if self.roll_at_control and record_batch.is_control(

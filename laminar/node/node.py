@@ -737,13 +737,16 @@ class Node:
         return node_part(self)
 
 
+_APPEND, _RESET = MessageType.APPEND, MessageType.RESET  # (read once: called per message)
+
+
 def _log_bytes(message: Any) -> int:
     """Bytes a Raft message would make this follower write (entries, or a reset); while the
     disk is full such messages are ignored, unacknowledged, so the leader retries them later
     as it does lost ones."""
-    if message.type == MessageType.APPEND:
+    if message.type == _APPEND:
         return sum(len(entry.data) for entry in message.entries)
-    return 1 if message.type == MessageType.RESET else 0
+    return 1 if message.type == _RESET else 0
 
 
 STOP_PHASE_S = 10.0

@@ -26,6 +26,7 @@ GroupMessage = tuple[int, Message]
 
 _TYPE_OF = {int(t): t for t in MessageType}
 _ENTRY_KINDS = {int(k) for k in EntryKind}
+_NORMAL = EntryKind.NORMAL
 MAX_TERM = 2**62
 """No honest cluster counts this high (one election per millisecond: 10^11 years)."""
 MAX_OFFSET = 2**62
@@ -266,7 +267,7 @@ def _entry(kind: int, index: int, last: int, term: int, data: memoryview) -> Ent
     """One entry, checked: known kind, offsets in range, and for NORMAL one intact batch."""
     if kind not in _ENTRY_KINDS or not 0 <= index <= last <= MAX_OFFSET or term > MAX_TERM:
         raise ProtocolError("malformed raft entry header")
-    if kind == EntryKind.NORMAL:
+    if kind == _NORMAL:
         try:
             fields = check_batch(data)
         except LaminarError as exc:

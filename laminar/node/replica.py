@@ -20,6 +20,7 @@ from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.log import LogConfig, PartitionLog
 
 LOG_DIR = "log"
+_LEADER = Role.LEADER  # (an Enum member read off its class costs ~0.1 us: a hot path)
 """A replica directory's subdirectory holding its partition log (beside the Raft state)."""
 
 
@@ -177,7 +178,7 @@ class Replica:
 
     @property
     def is_leader(self) -> bool:
-        return self.raft.role == Role.LEADER
+        return self.raft.role == _LEADER
 
     def is_durable(self) -> bool:
         """Whether everything handed to this replica so far is on disk: its whole log is

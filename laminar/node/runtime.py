@@ -44,6 +44,7 @@ from laminar.segment.log import PendingFlush
 from laminar.stats import COUNT_BOUNDS, Buckets
 
 _TIMEOUT_NOW = MessageType.TIMEOUT_NOW
+_NORMAL = EntryKind.NORMAL
 
 FlushJob = tuple[Replica, int, int, list[Message], StateToSave | None]
 
@@ -458,7 +459,7 @@ class MultiRaft:
         if entries[0].index != replica.applied_through + 1 and replica.apply_gap is not None:
             replica.apply_gap(entries[0].index)
         for entry in entries:
-            if entry.kind == EntryKind.NORMAL:
+            if entry.kind == _NORMAL:
                 replica.apply(entry)
             replica.applied_through = entry.last
 
@@ -497,8 +498,8 @@ class MultiRaft:
                 if ticks & 1 and replica.shun_leadership_until > now and not replica.is_leader:
                     continue  # repaired lately: campaigns at half speed, a healthy peer goes first
                 try:
-                    replica.raft.tick()
-                    ready = replica.raft.has_ready()
+                    raft = replica.raft
+                    ready = raft.tick() and raft.has_ready()
                 except Exception as exc:
                     self.fail(replica, exc)
                     continue
