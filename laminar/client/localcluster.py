@@ -20,7 +20,7 @@ import socket
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -50,40 +50,31 @@ def _prepare_child(open_files_limit: int | None) -> None:
 
 
 def free_port_pairs(count: int) -> list[tuple[int, int]]:
-    """(client port, peer port) per node; the peer port is free for both TCP and UDP."""
-    pairs: list[tuple[int, int]] = []
-    held: list[socket.socket] = []
-    try:
-        while len(pairs) < count:
-            client = _bind(socket.SOCK_STREAM, 0)
-            held.append(client)
-            peer = _bind(socket.SOCK_STREAM, 0)
-            held.append(peer)
-            peer_port = peer.getsockname()[1]
-            try:
-                held.append(_bind(socket.SOCK_DGRAM, peer_port))
-            except OSError:
-                continue  # UDP side taken: draw again (the held sockets keep the ports apart)
-            pairs.append((client.getsockname()[1], peer_port))
-    finally:
-        for sock in held:
-            sock.close()
-    return pairs
+    """(client port, peer port) per node; the peer port is free for both TCP and UDP. Drawn
+    below the kernel's ephemeral range, as ``free_ports`` explains: a node restarted in a test
+    could not listen again when an outgoing connection (another node's, another test's) had
+    taken its port as a source port meanwhile."""
+    ports = free_ports(2 * count, udp_too=range(1, 2 * count, 2))
+    return [(ports[i], ports[i + 1]) for i in range(0, 2 * count, 2)]
 
 
-def free_ports(count: int) -> list[int]:
+def free_ports(count: int, udp_too: Iterable[int] = ()) -> list[int]:
     """``count`` distinct free TCP ports on 127.0.0.1 (e.g. Kafka listeners), drawn below the
     kernel's ephemeral range: a port the kernel handed out for ``bind(0)`` and took back may
-    next be the source port of a node's outgoing connection before the node listens on it."""
+    next be the source port of a node's outgoing connection before the node listens on it.
+    The ports at the positions in ``udp_too`` are free for UDP as well."""
     low, _high = _ephemeral_range()
     rng = random.Random()
+    both = set(udp_too)
     ports: list[int] = []
     while len(ports) < count:
-        port = rng.randrange(max(1024, low - 12_000), low)
+        port = rng.randrange(max(10_000, low - 22_000), low)  # (22,000 ports: rare repeats)
         if port in ports:
             continue
         try:
             _bind(socket.SOCK_STREAM, port).close()
+            if len(ports) in both:
+                _bind(socket.SOCK_DGRAM, port).close()
         except OSError:
             continue
         ports.append(port)
