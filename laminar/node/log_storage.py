@@ -20,9 +20,9 @@ from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
 TAIL_BYTES = 8 << 20
-_NORMAL, _NOOP = EntryKind.NORMAL, EntryKind.NOOP  # (read once: per entry below)
 """At most this much of a log's tail is read into memory on open (``LogStorage``): as much as
 one read of the producer table's rebuild took before; the rest is read from the log."""
+_NORMAL, _NOOP = EntryKind.NORMAL, EntryKind.NOOP  # (read once: per entry below)
 
 
 def control_entry_batch(entry: Entry) -> bytearray:

@@ -20,8 +20,8 @@ from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.log import LogConfig, PartitionLog
 
 LOG_DIR = "log"
-_LEADER = Role.LEADER  # (an Enum member read off its class costs ~0.1 us: a hot path)
 """A replica directory's subdirectory holding its partition log (beside the Raft state)."""
+_LEADER = Role.LEADER  # (an Enum member read off its class costs ~0.1 us: a hot path)
 
 
 @dataclass(slots=True)
