@@ -474,9 +474,9 @@ class RaftNode:
         (Skipping rounds to a follower that has everything failed the simulation: one lost
         heartbeat then let its election timer run out.) A node reported down gets none: its
         window was full, so every round heartbeated it, a third of the messages of a
-        survivor's thousands of new leaders after a node died. A follower that answered the
-        last quiescing heartbeat asleep (``Progress.asleep``) gets one heartbeat per quorum
-        check only, a quiescing one, while the leader ticks for another member: a restarted
+        survivor's thousands of new leaders after a node died. A follower asleep since the
+        last quiescing round (``Progress.asleep``) gets one heartbeat per quorum check only, a
+        quiescing one that it answers, while the leader ticks for another member: a restarted
         node's leaders otherwise woke each group's up-to-date follower and heartbeated it
         every round until the restarted node had answered (two thirds of the messages of its
         catching up). Should the follower wake for its own reasons, its first campaign

@@ -91,9 +91,10 @@ class Progress:
         self.quiesce_round = 0
         """The round of the quiescing heartbeat last sent, while nothing was sent since (0)."""
         self.asleep = False
-        """The replica answered that quiescing heartbeat asleep, and has been sent nothing and
-        has sent nothing but heartbeat answers since: it does not tick, so it needs no
-        heartbeats (see ``RaftNode._bcast_heartbeat``)."""
+        """The replica answered that quiescing heartbeat asleep (or was sent it silent, holding
+        every entry: ``RaftNode._send_heartbeat``), and has been sent nothing and has sent
+        nothing but heartbeat answers since: it does not tick, so it needs no heartbeats (see
+        ``RaftNode._bcast_heartbeat``)."""
 
     def woken(self) -> None:
         """Something other than a quiescing heartbeat went to or came from the replica."""
