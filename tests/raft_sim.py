@@ -403,12 +403,16 @@ class Sim:
             self.leaders[t] = h.id
             self.stats["leaders"] += 1
             self.trace.append((self.now, "leader", h.id, t))
-            # Leader completeness: every committed entry still retained must be in its log.
+            # Leader completeness: every committed entry still retained must be in its log,
+            # but for entries of a later term than its own. Those were committed by a later
+            # leader: this one was elected late, by votes given in its term before the voters
+            # moved on (a delayed vote answer), and steps down as soon as it hears of the later
+            # term; the property holds for the leaders of later terms (seed 1506044).
             log = node.log
             first = log.first_index()
             last = log.last_index()
             for idx, key in self.committed.items():
-                if idx < first:
+                if idx < first or key[0] > t:
                     continue
                 ents = log.entries(idx, idx + 1, 0) if idx <= last else []
                 if not ents or ents[0].index != idx or _entry_key(ents[0]) != key:
