@@ -60,7 +60,7 @@ def iter_kafka_batches(data: memoryview) -> Iterator[memoryview]:
         pos += size
 
 
-def to_laminar(kbatch: memoryview) -> bytearray:
+def to_laminar(kbatch: memoryview) -> bytes:
     """A Kafka v2 batch (crc checked) as a laminar batch (crc computed); records copied once."""
     (
         _base,
@@ -81,11 +81,8 @@ def to_laminar(kbatch: memoryview) -> bytearray:
         raise CorruptBatchError("record batch crc32c mismatch")
     if attributes & K_ATTR_TRANSACTIONAL:
         raise CorruptBatchError("transactional batches are not supported")
-    records = kbatch[K_HEADER_SIZE:]
-    out = bytearray(lb.HEADER_SIZE + len(records))
-    out[lb.HEADER_SIZE :] = records
-    lb.seal(
-        out,
+    return lb.sealed(
+        kbatch[K_HEADER_SIZE:],
         attributes & 0xFFFF,
         lod,
         first_ts,
@@ -95,7 +92,6 @@ def to_laminar(kbatch: memoryview) -> bytearray:
         base_sequence,
         count,
     )
-    return out
 
 
 def to_kafka(data: bytes | memoryview, out: list[bytes | memoryview]) -> int:

@@ -117,10 +117,9 @@ def build_batch(
         if len(packed) < len(body):
             body = packed
             attributes |= compression
-    header = bytearray(HEADER_SIZE)
     count = len(records)
-    seal(
-        header,
+    return sealed(
+        body,
         attributes,
         count - 1,
         first_ts,
@@ -129,9 +128,7 @@ def build_batch(
         producer_epoch,
         base_sequence,
         count,
-        body,
     )
-    return b"".join((header, body))
 
 
 _KEY = itemgetter(0)
@@ -250,8 +247,8 @@ def _add_records(
     return max_ts
 
 
-def seal(
-    out: bytearray,
+def sealed(
+    body: bytes | memoryview,
     attributes: int,
     last_offset_delta: int,
     first_timestamp: int,
@@ -260,14 +257,14 @@ def seal(
     producer_epoch: int,
     base_sequence: int,
     record_count: int,
-    body: bytes = b"",
-) -> None:
-    """Write the header of the batch in ``out`` (records from HEADER_SIZE on, or in ``body``
-    when ``out`` holds only the header: the batch is then ``out + body``) and its crc32c;
-    base offset and term stay 0 for the leader to stamp."""
-    _LENGTH.pack_into(out, 0, 0, 0, len(out) + len(body))
+) -> bytes:
+    """The batch of records section ``body`` behind its header, crc32c included (computed on
+    from the header's tail, so the body is copied once, into the batch); base offset and
+    term stay 0 for the leader to stamp."""
+    header = bytearray(HEADER_SIZE)
+    _LENGTH.pack_into(header, 0, 0, 0, HEADER_SIZE + len(body))
     _TAIL.pack_into(
-        out,
+        header,
         CRC_START,
         MAGIC,
         0,
@@ -281,8 +278,9 @@ def seal(
         base_sequence,
         record_count,
     )
-    crc = crc32c.crc32c(memoryview(out)[CRC_START:])
-    _CRC.pack_into(out, 20, crc32c.crc32c(body, crc) if body else crc)
+    crc = crc32c.crc32c(body, crc32c.crc32c(memoryview(header)[CRC_START:]))
+    _CRC.pack_into(header, 20, crc)
+    return b"".join((header, body))
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
