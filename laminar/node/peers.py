@@ -28,6 +28,7 @@ from laminar.errors import ProtocolError
 from laminar.node.raft_codec import (
     GroupMessage,
     decode_peer_message,
+    encode_frames,
     encode_hello,
     encode_messages,
 )
@@ -148,10 +149,10 @@ class PeerNetwork:
         connection = self._connections.get(peer)
         if connection is None or connection.closed:
             return  # Raft retries; nothing is lost that was promised
-        message, payload = encode_messages(messages)
         # Written at the end of the loop turn, with the other peers' frames of this drain:
         # writing each at once measured no better (a woken peer may take this core mid-drain).
-        connection.send_parts(KIND_PEER, message, payload)
+        for message, payload in encode_frames(messages):
+            connection.send_parts(KIND_PEER, message, payload)
 
     def send_other(self, peer: int, builder: Any) -> bool:
         connection = self._connections.get(peer)

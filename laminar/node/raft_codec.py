@@ -36,6 +36,12 @@ _MESSAGE = struct.Struct("<QBIIQQqqBqBII")
 rejectHint, quiesce, context length, entry count."""
 _ENTRY = struct.Struct("<QqqBI")
 """Packed entry header: term, index, last, kind, data length."""
+FRAME_ENTRY_BYTES = 8 * 1024 * 1024
+"""Entry bytes one peer frame carries at most (more than one message's worth: a message holds
+at most ``RaftConfig.max_msg_bytes`` of entries, or one larger entry). A drain that catches a
+returning node up on thousands of groups at once owes it gigabytes: sent as one frame they
+passed the receiver's limit (``framing.MAX_PAYLOAD_BYTES``), which closed the connection,
+and the catch-up started over, forever."""
 
 
 class Hello(NamedTuple):
@@ -68,6 +74,24 @@ def encode_hello(node_id: int, cluster_id: str, address: str, client_address: st
     hello.address = address
     hello.clientAddress = client_address
     return message.to_bytes()
+
+
+def encode_frames(
+    messages: list[GroupMessage], max_entry_bytes: int = FRAME_ENTRY_BYTES
+) -> list[tuple[bytes, list[Any]]]:
+    """``messages`` in order as frames (``encode_messages`` each) whose entries hold at most
+    ``max_entry_bytes`` (a single message holding more goes alone)."""
+    frames = []
+    start = size = 0
+    for i, (_, msg) in enumerate(messages):
+        if entries := msg.entries:
+            length = sum(len(entry.data) for entry in entries)
+            if size + length > max_entry_bytes and i > start:
+                frames.append(encode_messages(messages[start:i]))
+                start, size = i, 0
+            size += length
+    frames.append(encode_messages(messages[start:] if start else messages))
+    return frames
 
 
 def encode_messages(messages: list[GroupMessage]) -> tuple[bytes, list[Any]]:
