@@ -656,6 +656,30 @@ def test_no_heartbeat_while_a_commit_notice_is_unanswered_then_one_after_a_while
     assert silent == COMMIT_NOTICE_WAIT_ROUNDS - 1
 
 
+def test_a_leader_elected_while_a_node_was_away_probes_it_above_the_log_it_holds() -> None:
+    # Node 1 led and wrote, then died; node 2 was elected without it. Reported up again,
+    # node 1 is probed at once where a new leader's probe stands (its own last entry), not
+    # from the match of a node it never heard from: that sent node 1 the whole log it held.
+    net = leader_net()
+    for i in range(5):
+        net[1].propose(b"x" * 100 + bytes([i]))
+    net.deliver()
+    held = net[1].log.last_index()
+    net.isolate(1)
+    for n in (2, 3):
+        net[n].report_node_down(1)
+    net.elect(2)
+    assert net[2].role == Role.LEADER
+    net.heal()
+    net.take()
+    assert net[2].report_node_up(1)
+    probes = [m for m in net.take() if m.to == 1 and m.type == MessageType.APPEND]
+    assert [(m.index, [e.index for e in m.entries]) for m in probes] == [(held, [held + 1])]
+    net[1].step(probes[0])
+    net.deliver()
+    assert net.entries(1) == net.entries(2)
+
+
 def test_no_heartbeat_to_a_follower_while_a_probe_is_unanswered() -> None:
     # A returning node is probed from its match at once. A heartbeat each round meanwhile
     # made each answer trigger another probe (with 10,000 groups catching a restarted node

@@ -661,9 +661,15 @@ class RaftNode:
             if pr.match < self.log.last_index() or pr.commit < self.commit:
                 if not was_down:
                     return False  # (its next heartbeat round asks at once)
-                # What was in flight to it is lost: probe from its match at once, instead of
-                # a heartbeat round trip first (etcd does the same on MsgUnreachable).
-                pr.become_probe()
+                # What was in flight to it is lost: probe at once, instead of a heartbeat
+                # round trip first (etcd does the same on MsgUnreachable). A pipeline probes
+                # again from its match; a probe is sent again where it stood. (Probing from
+                # the match of a node never heard from, -1 under a leader elected while it
+                # was away, sent a returning node the whole log it already held.)
+                if pr.state == PROBE:
+                    pr.probe_sent = False
+                else:
+                    pr.become_probe()
                 self._send_append(node_id, pr, if_empty=True)
                 self._quiesced = False
                 return True
