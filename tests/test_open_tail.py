@@ -1,7 +1,7 @@
-"""Opening a replica reads its log's tail once (``PartitionLog.read_tail``) and shares it with
-the producer table, the seal lookup and the Raft core's configuration scan. Each must find
-exactly what it finds reading the log itself, also where the tail does not reach: these
-tests reopen real logs and compare both ways."""
+"""Opening a replica walks its log's tail once (``PartitionLog.read_tail``: headers, and the
+bytes of control batches only) and shares it with the producer table, the seal lookup and the
+Raft core's configuration scan. Each must find exactly what it finds reading the log itself,
+also where the tail does not reach: these tests reopen real logs and compare both ways."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 
 from laminar.errors import CorruptLogError
 from laminar.node import producers
-from laminar.node.log_storage import TAIL_BYTES, LogStorage
+from laminar.node.log_storage import LogStorage
 from laminar.node.producers import ProducerTable
 from laminar.raft import ConfState, Entry, EntryKind, HardState, RaftNode, encode_conf
-from laminar.segment.batch import build_batch, read_header
+from laminar.segment.batch import build_batch, is_control, read_header
 from laminar.segment.log import LogConfig, PartitionLog
 from laminar.splits.seal import find_seal, seal_batch
 
@@ -69,9 +69,11 @@ def test_seal_under_noops_in_the_tail_and_behind_a_roll(tmp_path: Path) -> None:
         _append(storage, term, EntryKind.NOOP, b"")
     storage.log.close()
     with PartitionLog.open(tmp_path / "log", config) as log:
-        tail = log.read_tail(0, TAIL_BYTES)
-        assert tail.start == seal_at + 1  # the active segment: the no-ops only
+        tail = log.read_tail(0)
+        assert tail.start == 0 and tail.end == log.end_offset
         assert find_seal(log, tail) == find_seal(log) == seal_at
+        later = log.read_tail(seal_at + 1)  # the no-ops only: the walk back leaves it
+        assert later.start == seal_at + 1 and find_seal(log, later) == seal_at
     _assert_same_as_old_way(tmp_path / "log", config)
 
     # a seal inside the active segment, under no-ops and a configuration change
@@ -86,11 +88,11 @@ def test_seal_under_noops_in_the_tail_and_behind_a_roll(tmp_path: Path) -> None:
     _append(storage, 5, EntryKind.CONFIG, encode_conf(ConfState(voters=(1, 2, 3))))
     storage.log.close()
     with PartitionLog.open(other, config) as log:
-        tail = log.read_tail(0, TAIL_BYTES)
+        tail = log.read_tail(0)
         assert tail.start == 0
         assert find_seal(log, tail) == find_seal(log) == index
-        # a tail cut short by its byte limit: the walk goes on in the log itself
-        short = log.read_tail(0, 100)
+        # a tail that starts later: the walk goes on in the log itself
+        short = log.read_tail(log.end_offset - 2)
         assert short.start > 0 and find_seal(log, short) == index
     _assert_same_as_old_way(other, config)
 
@@ -137,10 +139,10 @@ def test_producer_sequences_spanning_segments_and_the_window(
         with PartitionLog.open(tmp_path / "log", config) as log:
             old = ProducerTable()
             old.rebuild(log)
-            for limit in (TAIL_BYTES, 300, 0):
+            for start in (ProducerTable.window_start(log), active, end - 3, end):
                 shared = ProducerTable()
-                shared.rebuild(log, log.read_tail(ProducerTable.window_start(log), limit))
-                assert _producer_state(shared) == _producer_state(old), (window, limit)
+                shared.rebuild(log, log.read_tail(start))
+                assert _producer_state(shared) == _producer_state(old), (window, start)
         _assert_same_as_old_way(tmp_path / "log", config)
 
 
@@ -169,67 +171,75 @@ def test_config_change_in_the_tail_reaches_the_raft_core(tmp_path: Path) -> None
     assert found[:4] == found[4:]
     assert found[0][1] == ConfState((1, 2, 3), (4,), 4)
     with PartitionLog.open(tmp_path / "log", config) as log:
-        plain = [(lo, hi, m, LogStorage(log).entries(lo, hi, m)) for lo, hi, m in _ranges(log)]
+        storage = LogStorage(log)
+        end = log.end_offset
+        ranges = [(lo, hi) for lo in range(end) for hi in range(lo, end + 2)]
+        plain = [(lo, hi, storage.config_entries(lo, hi)) for lo, hi in ranges]
+        assert [e.index for e in storage.config_entries(0, end)] == [2, 4]
+        for lo, hi, configs in plain:  # what reading every entry and keeping CONFIG finds
+            every = storage.entries(lo, hi, 1 << 30) if lo < hi else []
+            assert configs == [e for e in every if e.kind == EntryKind.CONFIG], (lo, hi)
     with PartitionLog.open(tmp_path / "log", config) as log:
         kept = LogStorage(log, keep_tail=True)
-        assert [(lo, hi, m, kept.entries(lo, hi, m)) for lo, hi, m in _ranges(log)] == plain
+        assert [(lo, hi, kept.config_entries(lo, hi)) for lo, hi in ranges] == plain
 
 
-def _ranges(log: PartitionLog) -> list[tuple[int, int, int]]:
-    end = log.end_offset
-    return [(lo, hi, m) for lo in range(end + 1) for hi in range(lo, end + 2) for m in (0, 200)]
-
-
-def test_tail_batches_answer_as_the_log_does(tmp_path: Path) -> None:
-    """``Tail.batches`` returns what ``PartitionLog.batches`` returns, for every start, end
-    and byte limit within the tail."""
-    config = LogConfig()
+def test_the_tail_holds_every_header_and_only_control_batches_bytes(tmp_path: Path) -> None:
+    """Opening reads a record batch's header, never its records: at 10,000 partitions and
+    10 GiB, reading every byte of every tail was the whole restart."""
+    config = LogConfig(segment_bytes=1024)
     storage = LogStorage(PartitionLog.open(tmp_path / "log", config))
     for i in range(12):
         _append(storage, 1 + i // 4, EntryKind.NORMAL, _record(b"x", 20 + 30 * i, 1 + i % 3))
+        if i % 4 == 3:
+            _append(storage, 2 + i // 4, EntryKind.NOOP, b"")
     storage.log.close()
     with PartitionLog.open(tmp_path / "log", config) as log:
-        tail = log.read_tail(0, TAIL_BYTES)
-        assert tail.start == 0 and tail.end == log.end_offset
-        sizes = [len(v) for v in tail.views]
-        sums = {sum(sizes[i:j]) for i in range(len(sizes)) for j in range(i + 1, len(sizes))}
-        limits = {0, 1, 1 << 20} | sums | {n - 1 for n in sums} | {n + 1 for n in sums}
-        for start in range(log.end_offset):
-            for end in range(start + 1, log.end_offset + 2):
-                for limit in limits:
-                    got = [bytes(v) for v in tail.batches(start, end, limit)]
-                    want = [bytes(v) for v in log.batches(start, end, limit)]
-                    assert got == want, (start, end, limit)
+        assert log.segment_count > 2
+        stored = [bytes(v) for v in log.batches(0, log.end_offset, 1 << 30)]
+        for start in range(log.end_offset + 1):
+            tail = log.read_tail(start)
+            held = [b for b in stored if read_header(b).last_offset >= start]
+            assert tail.headers == [read_header(b) for b in held]
+            controls = {read_header(b).base_offset: b for b in held if is_control(read_header(b))}
+            assert {at: bytes(v) for at, v in tail.controls.items()} == controls
 
 
-def test_damage_is_refused_only_where_a_reader_of_the_window_would_read(tmp_path: Path) -> None:
-    """Terms 1, 1, 2, 2, 3, 3: the index has an entry at every term change, and opening
-    checks only the active segment's batches from its last entry on, so a flipped byte in the
-    second batch is first met by whoever reads it: the tail as the log's own reads."""
+def test_damage_in_records_is_met_by_their_first_reader_not_by_opening(tmp_path: Path) -> None:
+    """A flipped byte in a record batch's records: opening walks past it (headers only), the
+    first read of it refuses it, as a sealed segment's reads do. A control batch, which
+    opening reads, is refused there."""
     config = LogConfig()
     storage = LogStorage(PartitionLog.open(tmp_path / "log", config))
     for i in range(6):
+        if i == 2:  # (a new term's no-op, before the index's last entry: opening trusts it)
+            _append(storage, 2, EntryKind.NOOP, b"")
         _append(storage, 1 + i // 2, EntryKind.NORMAL, _record(b"k%d" % i, 100))
     storage.log.close()
     with PartitionLog.open(tmp_path / "log", config) as log:
-        first_size = len(log.batches(0, 1, 1)[0])
+        sizes = [len(v) for v in log.batches(0, log.end_offset, 1 << 30)]
     segment = tmp_path / "log" / "00000000000000000000.log"
-    with open(segment, "r+b") as f:  # a record byte of the second batch (its crc covers it)
-        f.seek(first_size + 80)
-        byte = f.read(1)
-        f.seek(first_size + 80)
-        f.write(bytes([byte[0] ^ 0xFF]))
+
+    def flip(position: int) -> None:
+        with open(segment, "r+b") as f:
+            f.seek(position)
+            byte = f.read(1)
+            f.seek(position)
+            f.write(bytes([byte[0] ^ 0xFF]))
+
+    flip(sizes[0] + 80)  # a record byte of the second batch (its crc covers it)
     with PartitionLog.open(tmp_path / "log", config) as log:
-        assert log.end_offset == 6  # (opening did not read it)
-        with pytest.raises(CorruptLogError) as tail_error:
-            log.read_tail(0, TAIL_BYTES)
-        with pytest.raises(CorruptLogError) as log_error:
+        storage = LogStorage(log)  # (opening did not read it)
+        assert log.end_offset == 7 and storage.producers is not None
+        with pytest.raises(CorruptLogError, match="crc32c"):
             log.batches(0, log.end_offset, 8 << 20)
-        assert str(tail_error.value) == str(log_error.value)
-        tail = log.read_tail(2, TAIL_BYTES)  # the damage lies before the window: not read
-        assert tail.start == 2 and len(tail.views) == 4
-        with pytest.raises(CorruptLogError):
-            LogStorage(log)  # as before: the producer table's rebuild reads the damage
+    flip(sizes[0] + 80)
+    flip(sum(sizes[:2]) + 75)  # the no-op's record
+    with (
+        PartitionLog.open(tmp_path / "log", config) as log,
+        pytest.raises(CorruptLogError, match="crc32c"),
+    ):
+        LogStorage(log)
 
 
 def test_a_node_log_creates_its_directory_only_when_missing(tmp_path: Path) -> None:

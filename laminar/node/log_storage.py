@@ -19,10 +19,7 @@ from laminar.segment.log import PartitionLog, Tail
 from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
-TAIL_BYTES = 8 << 20
-"""At most this much of a log's tail is read into memory on open (``LogStorage``): as much as
-one read of the producer table's rebuild took before; the rest is read from the log."""
-_NORMAL, _NOOP = EntryKind.NORMAL, EntryKind.NOOP  # (read once: per entry below)
+_NORMAL, _NOOP, _CONFIG = EntryKind.NORMAL, EntryKind.NOOP, EntryKind.CONFIG  # (read once)
 
 
 def control_entry_batch(entry: Entry) -> bytearray:
@@ -64,13 +61,13 @@ class LogStorage:
     def __init__(
         self, log: PartitionLog, roll_at_control: bool = False, *, keep_tail: bool = False
     ) -> None:
-        """``keep_tail``: keep the tail read here (see ``Tail``) for ``entries`` until
-        ``release_tail``, so the Raft core's configuration scan on construction need not
-        read it again (Replica.open)."""
+        """``keep_tail``: keep the tail read here (see ``Tail``) for ``config_entries``
+        until ``release_tail``: the Raft core's configuration scan on construction then reads
+        the control batches already read."""
         self.log = log
         self.roll_at_control = roll_at_control
-        # One read of the tail for the producer table, the seal and (kept) the Raft core.
-        tail = log.read_tail(ProducerTable.window_start(log), TAIL_BYTES)
+        # One walk of the tail for the producer table, the seal and (kept) the Raft core.
+        tail = log.read_tail(ProducerTable.window_start(log))
         self.producers = ProducerTable()
         self.producers.rebuild(log, tail)
         self.seal_offset: int | None = None if roll_at_control else find_seal(log, tail)
@@ -78,7 +75,7 @@ class LogStorage:
         self._tail: Tail | None = tail if keep_tail else None
 
     def release_tail(self) -> None:
-        """Drop the tail kept since opening (it holds up to TAIL_BYTES)."""
+        """Drop the tail kept since opening."""
         self._tail = None
 
     def first_index(self) -> int:
@@ -98,16 +95,21 @@ class LogStorage:
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]:
         if lo < self.log.start_offset:
             raise CompactedError(lo)
-        tail = self._tail
-        if (
-            tail is not None
-            and tail.start <= lo < min(hi, tail.end)
-            and tail.end == self.log.end_offset
-        ):
-            views = tail.batches(lo, hi, max_bytes)
-        else:
-            views = self.log.batches(lo, hi, max_bytes)
-        return [batch_to_entry(view) for view in views]
+        return [batch_to_entry(view) for view in self.log.batches(lo, hi, max_bytes)]
+
+    def config_entries(self, lo: int, hi: int) -> list[Entry]:
+        """CONFIG entries are control batches: found by header, only they are read (those of
+        the kept tail were read with it)."""
+        if lo < self.log.start_offset:
+            raise CompactedError(lo)
+        log, tail = self.log, self._tail
+        split = hi
+        if tail is not None and tail.end == log.end_offset:
+            split = max(lo, min(hi, tail.start))
+        views = [log.batches(at, at + 1, 1)[0] for at in log.control_offsets(lo, split)]
+        if split < hi:
+            views += [view for at, view in tail.controls.items() if split <= at < hi]
+        return [entry for entry in map(batch_to_entry, views) if entry.kind == _CONFIG]
 
     def append(self, entries: list[Entry]) -> None:
         self._tail = None

@@ -29,6 +29,7 @@ from laminar.kafka.broker import NodeBroker
 from laminar.kafka.server import KafkaServer
 from laminar.membership.driver import TICK_SECONDS, SwimDriver
 from laminar.membership.swim import SwimConfig
+from laminar.node import boot
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
@@ -157,6 +158,9 @@ class Node:
         self._synced_at_start = False
         """A restart made the data directory's filesystem durable (one syncfs) and has
         not yet talked to a peer: the replicas it opens need no fdatasync of their own."""
+        self._same_boot = False
+        """A restart in the boot the node last started in (``boot``): the replicas it found
+        walk their logs' tails by batch headers instead of crc-checking them."""
         self._found_dirs: set[str] | None = None
         """While a restart opens the replicas it found: the replica directories there are
         (one listing instead of a stat per replica, a tenth of opening one)."""
@@ -251,6 +255,7 @@ class Node:
         if known_dir and syncfs is not None:
             syncfs()
             self._synced_at_start = True
+        self._same_boot = known_dir and boot.same_boot(self.config.data_dir)
         metadata_dir = self.config.data_dir / "metadata"
         lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
@@ -267,6 +272,7 @@ class Node:
             states=self.states,
             descriptors=self.descriptors,
             synced=self._synced_at_start,
+            same_boot=self._same_boot,
         )
         self.metadata.saves_commit = True
         self.identity.metadata_start = self.metadata.raft.last_index
@@ -279,10 +285,12 @@ class Node:
         if known_dir:
             await self._open_known_partitions()
             self._synced_at_start = False  # replicas opened from now on sync their own tails
+            self._same_boot = False  # ... and check them
             self.runtime.rest(r for r in self.runtime.replicas.values() if r is not self.metadata)
             await self._start_network()
             election_timeout = self.config.tick_ms * self.config.election_ticks / 1000
             self.spawn(self.runtime.wake_uncalled(UNCALLED_TIMEOUTS * election_timeout))
+        boot.note_boot(self.config.data_dir)  # (once every replica found was checked)
         self.groups.start()
         self.queues.start()
         self.splits.start()
@@ -647,7 +655,7 @@ class Node:
             descriptors=self.descriptors,
         )
         try:
-            replica = opener(synced=self._synced_at_start, exists=exists)
+            replica = opener(synced=self._synced_at_start, same_boot=self._same_boot, exists=exists)
         except (LaminarError, OSError) as exc:  # damaged files: this partition alone is offline
             closed = asyncio.Event()
             closed.set()

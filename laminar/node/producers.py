@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass
 
-from laminar.segment.batch import BatchHeader, read_header
+from laminar.segment.batch import BatchHeader
 from laminar.segment.log import PartitionLog, Tail
 
 KEEP_PER_PRODUCER = 8
@@ -86,20 +86,16 @@ class ProducerTable:
     def rebuild(self, log: PartitionLog, tail: Tail | None = None) -> None:
         """Re-learn recent sequences from batch headers at the log's tail (after a restart).
 
-        ``tail``: the log's last batches as read on open (``PartitionLog.read_tail``), taken
-        from memory where they reach; what lies before them is read from the log."""
+        ``tail``: the log's tail as walked on open (``PartitionLog.read_tail``), used where it
+        reaches; what lies before it is walked in the log."""
         self.clear()
         offset = self.window_start(log)
         end = log.end_offset
         if tail is not None and tail.end != end:
             tail = None  # (read before the log changed)
         stop = end if tail is None else max(offset, tail.start)
-        while offset < stop:
-            views = log.batches(offset, stop, 8 << 20)
-            if not views:
-                break
-            for view in views:
-                header = read_header(view)
+        if offset < stop:
+            for header in log.headers(offset, stop):
                 self.record(header, header.base_offset, header.last_offset)
                 offset = header.next_offset
         if tail is not None and offset < end:

@@ -103,6 +103,7 @@ class Replica:
         roll_at_control: bool = False,
         descriptors: DescriptorCache | None = None,
         synced: bool = False,
+        same_boot: bool = False,
         exists: bool | None = None,
         **kwargs: Any,
     ) -> Replica:
@@ -111,9 +112,10 @@ class Replica:
         has marked the replica as one that lost state, see repair.py); ``roll_at_control``:
         see LogStorage. ``descriptors``: the node's budget of open log files; a node passing
         it holds the lock of its whole data directory, so the log takes no lock of its own
-        (one descriptor per replica fewer). ``synced``: see ``PartitionLog.open`` (not kept
-        for ``reopen``, which syncs afresh). ``exists``: whether ``directory`` exists, if the
-        caller just looked (not kept for ``reopen`` either)."""
+        (one descriptor per replica fewer). ``synced`` and ``same_boot``: see
+        ``PartitionLog.open`` (not kept for ``reopen``, which syncs and checks afresh).
+        ``exists``: whether ``directory`` exists, if the caller just looked (not kept for
+        ``reopen`` either)."""
         reopen = functools.partial(
             cls.open,
             group,
@@ -138,6 +140,7 @@ class Replica:
             descriptors=descriptors,
             lock=descriptors is None,
             synced=synced,
+            same_boot=same_boot,
         )
         try:
             if cut_damage:

@@ -259,18 +259,16 @@ class RaftNode:
     # ----------------------------------------------------------------- configuration
 
     def _scan_configs(self, lo: int, last: int) -> None:
-        """Restart: find CONFIG entries not covered by the persisted configuration."""
+        """Restart: find CONFIG entries not covered by the persisted configuration (in
+        storage: nothing is unstable yet)."""
         lo = max(lo, self.log.first_index())
         found = False
-        while lo <= last:
-            ents = self.log.entries(lo, last + 1, 1 << 24)
-            for e in ents:
-                if e.kind == CONFIG and e.index > self._base.index:
-                    c = decode_conf(e.data, e.index)
-                    if c is not None:
-                        self._conf_log.append((e.index, c))
-                        found = True
-            lo = ents[-1].last + 1
+        for e in self.log.storage.config_entries(lo, last + 1) if lo <= last else ():
+            if e.index > self._base.index:
+                c = decode_conf(e.data, e.index)
+                if c is not None:
+                    self._conf_log.append((e.index, c))
+                    found = True
         if found:
             self._conf = self._conf_log[-1][1]
 

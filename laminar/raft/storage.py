@@ -10,7 +10,7 @@ from bisect import bisect_left
 from operator import attrgetter
 from typing import Protocol
 
-from laminar.raft.types import Entry
+from laminar.raft.types import Entry, EntryKind
 
 _LAST = attrgetter("last")
 _INDEX = attrgetter("index")
@@ -25,6 +25,9 @@ class UnavailableError(LookupError):
     """The requested offset is above the log's last offset."""
 
 
+_NO_LIMIT = 1 << 62
+
+
 class Storage(Protocol):
     def first_index(self) -> int: ...
 
@@ -33,6 +36,11 @@ class Storage(Protocol):
     def term(self, index: int) -> int: ...
 
     def entries(self, lo: int, hi: int, max_bytes: int) -> list[Entry]: ...
+
+    def config_entries(self, lo: int, hi: int) -> list[Entry]:
+        """The CONFIG entries among [lo, hi): what a restart scans its log for, without
+        reading the rest (a partition's records)."""
+        ...
 
     def append(self, entries: list[Entry]) -> None: ...
 
@@ -112,6 +120,11 @@ class MemoryStorage:
         if lo > self.last_index():
             raise UnavailableError(lo)
         return take_entries(self._ents, self._pos(lo), hi, max_bytes)
+
+    def config_entries(self, lo: int, hi: int) -> list[Entry]:
+        if lo > self.last_index():
+            return []
+        return [e for e in self.entries(lo, hi, _NO_LIMIT) if e.kind == EntryKind.CONFIG]
 
     def append(self, entries: list[Entry]) -> None:
         if not entries:

@@ -21,6 +21,7 @@ import threading
 import time
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import groupby, pairwise
 from operator import itemgetter
@@ -40,7 +41,6 @@ from laminar.segment.batch import (
     ATTR_CONTROL,
     CRC_START,
     HEADER_SIZE,
-    MAGIC,
     STAMP,
     BatchHeader,
     check_batch,
@@ -49,7 +49,7 @@ from laminar.segment.batch import (
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import FileHandle, fsync_dir, pread_exact
 from laminar.segment.meta import META_NAME, read_start, write_start
-from laminar.segment.segment import LEAN_HEADER, Segment
+from laminar.segment.segment import Segment
 from laminar.segment.slice import LogSlice
 
 log = structlog.get_logger(__name__)
@@ -76,39 +76,25 @@ class PendingFlush:
 
 @dataclass(slots=True)
 class Tail:
-    """The last batches of a log, read with one pread and checked as ``batches`` checks them
-    (``PartitionLog.read_tail``). Opening a replica reads its log's tail for the producer
-    table, the seal lookup and the Raft core's configuration scan: at 10,000 replicas doing
-    that with a ``batches`` call per batch and consumer was a third of a restart's opening.
-    Valid only while the log is unchanged (its owner drops it at the first append)."""
+    """The headers of a log's last batches and the bytes of its control batches among them
+    (``PartitionLog.read_tail``). Opening a replica needs nothing else from its log: the
+    producer table learns from headers, the seal and the Raft core's configuration are control
+    batches. Reading every byte of the tail instead (as one pread, checked) made a restart at
+    10,000 partitions and 10 GiB read all 10 GiB. Valid only while the log is unchanged (its
+    owner drops it at the first append)."""
 
     start: int
     """Offset of the first batch held (the log's end when none is)."""
     end: int
     """The log's end offset when read."""
     bases: list[int] = field(default_factory=list)
-    views: list[memoryview] = field(default_factory=list)
     headers: list[BatchHeader] = field(default_factory=list)
+    controls: dict[int, memoryview] = field(default_factory=dict)
+    """Base offset -> bytes of each control batch, checked as ``batches`` checks them."""
 
     def find(self, offset: int) -> int:
         """Index of the batch holding ``offset`` (``start <= offset < end``)."""
         return bisect_right(self.bases, offset) - 1
-
-    def batches(self, start: int, end: int, max_bytes: int) -> list[memoryview]:
-        """What ``PartitionLog.batches(start, end, max_bytes)`` returns, for ``start`` in
-        ``[self.start, min(end, self.end))``: the batch holding ``start``, then the next ones
-        starting before ``end`` while their bytes in all stay within ``max_bytes``."""
-        views, bases = self.views, self.bases
-        i = self.find(start)
-        out = [views[i]]
-        total = len(views[i])
-        bound = min(end, self.end)
-        for j in range(i + 1, len(views)):
-            total += len(views[j])
-            if bases[j] >= bound or total > max_bytes:
-                break
-            out.append(views[j])
-        return out
 
 
 @dataclass
@@ -173,6 +159,7 @@ class PartitionLog:
         descriptors: DescriptorCache | None = None,
         lock: bool = True,
         synced: bool = False,
+        same_boot: bool = False,
     ) -> PartitionLog:
         """Open (or create) the log in ``path``.
 
@@ -183,7 +170,9 @@ class PartitionLog:
         replica. Within this process one log per directory is enforced either way.
         ``synced``: the caller made the whole filesystem durable (``filesystem_syncer``) since
         the last process that wrote this log ended, so recovery need not fdatasync the tail
-        that process may have left in the page cache.
+        that process may have left in the page cache. ``same_boot``: the machine has not
+        rebooted since that process wrote (``laminar.node.boot``): the active segment's tail is
+        walked by its headers instead of crc-checked (``Segment.recover_active``).
         """
         directory = path if isinstance(path, Path) else Path(path)
         if lock:  # (the lock file lives inside; without one, _recover creates a new directory)
@@ -191,7 +180,7 @@ class PartitionLog:
         plog = cls(directory, config or LogConfig(), descriptors)
         plog._lock_directory(lock)
         try:
-            plog._recover(synced)
+            plog._recover(synced, same_boot)
         except BaseException:
             plog._close_segments()
             plog._unlock_directory()
@@ -244,7 +233,7 @@ class PartitionLog:
         for seg in self._segments:
             seg.close()
 
-    def _recover(self, synced: bool = False) -> None:
+    def _recover(self, synced: bool = False, same_boot: bool = False) -> None:
         directory = self._dir_str
         interval = self.config.index_interval_bytes
         bases: set[int] = set()
@@ -302,7 +291,9 @@ class PartitionLog:
                 for base, nxt in pairwise(ordered)
             ]
             last = ordered[-1]
-            active = Segment.recover_active(directory, last, interval, other.get(last, ()))
+            active = Segment.recover_active(
+                directory, last, interval, other.get(last, ()), same_boot=same_boot
+            )
             segments.append(active)
             if not synced:  # what a crashed process left unsynced must be durable now
                 handle = active.data
@@ -586,49 +577,39 @@ class PartitionLog:
                 break
         return out
 
-    def read_tail(self, offset: int, max_bytes: int) -> Tail:
-        """The batches from the one holding ``offset`` to the end, read with one pread and
-        checked as ``batches`` checks them (raising the same CorruptLogError), as far as they
-        lie in the active segment and within ``max_bytes`` (else only the last ones: a caller
-        reads the rest with ``batches``). Only batches ``batches(offset, ...)`` would read are
-        read, so nothing is refused here that a reader from ``offset`` would not refuse."""
+    def read_tail(self, offset: int) -> Tail:
+        """The tail from the batch holding ``offset`` to the end: every batch's header, walked
+        without reading records, and every control batch's bytes (see ``Tail``)."""
+        tail = Tail(self._end, self._end)
+        bases, headers, controls = tail.bases, tail.headers, tail.controls
+        for seg, pos, h in self._walk(offset, self._end):
+            bases.append(h.base_offset)
+            headers.append(h)
+            if h.attributes & ATTR_CONTROL:
+                data = memoryview(pread_exact(seg.data.fd, h.batch_length, pos, seg.log_path))
+                controls[h.base_offset] = _checked_batches(seg, data, pos, h.base_offset)[0]
+        if bases:
+            tail.start = bases[0]
+        return tail
+
+    def headers(self, start: int, end: int) -> Iterator[BatchHeader]:
+        """Headers of the batches from the one holding ``start`` up to ``end``, walked without
+        reading their records (no crc check: read them with ``batches``, which checks)."""
+        return (h for _seg, _pos, h in self._walk(start, end))
+
+    def _walk(self, start: int, end: int) -> Iterator[tuple[Segment, int, BatchHeader]]:
         self._check_open()
-        end = self._end
-        seg = self._segments[-1]
-        offset = max(offset, self._start, seg.base)
-        if offset >= end:
-            return Tail(end, end)
-        idx = seg.idx
-        k = bisect_right(idx.offsets, offset) - 1
-        if k < 0:
-            raise CorruptLogError(f"{seg.log_path}: offset {offset} is before the segment")
-        pos = idx.positions[k]
-        if seg.size - pos > max_bytes:  # the last index entries' batches only
-            k = bisect_left(idx.positions, seg.size - max_bytes)
-            if k == len(idx):
-                return Tail(end, end)
-            pos = idx.positions[k]
-            offset = idx.offsets[k]
-        handle = seg.data
-        data = memoryview(pread_exact(handle.fd, seg.size - pos, pos, seg.log_path))
-        at = 0  # to the batch holding offset, from its index entry (as Segment.locate walks)
-        while True:
-            if len(data) - at < HEADER_SIZE:
-                raise CorruptLogError(f"{seg.log_path}: no batch holds offset {offset}")
-            base, length, magic, lod = LEAN_HEADER.unpack_from(data, at)
-            if length < HEADER_SIZE or magic != MAGIC:
-                raise CorruptLogError(
-                    f"{seg.log_path}: unreadable batch header at position {pos + at} "
-                    f"(length {length}, magic {magic})"
-                )
-            if base > offset:
-                raise CorruptLogError(f"{seg.log_path}: no batch holds offset {offset}")
-            if offset <= base + lod:
+        first = max(start, self._start)
+        if first >= min(end, self._end):
+            return
+        for seg in self._segments[bisect_right(self._bases, first) - 1 :]:
+            if seg.base >= end:
                 break
-            at += length
-        headers: list[BatchHeader] = []
-        views = _checked_batches(seg, data[at:], pos + at, base, headers)
-        return Tail(base, end, [h.base_offset for h in headers], views, headers)
+            pos = seg.locate(first)[0] if seg.base <= first else 0
+            for at, h in seg.walk(pos, seg.size):
+                if h.base_offset >= end:
+                    break
+                yield seg, at, h
 
     def segment_bases(self) -> list[int]:
         """First offset of every segment, oldest first."""
@@ -637,19 +618,11 @@ class PartitionLog:
     def control_offsets(self, start: int, end: int) -> list[int]:
         """Base offsets of the control batches starting in ``[start, end)``, from the batch
         headers alone (no crc check: read them with ``batches``, which checks)."""
-        self._check_open()
-        found: list[int] = []
-        first = max(start, self._start)
-        for seg in self._segments[max(0, bisect_right(self._bases, first) - 1) :]:
-            if seg.base >= end:
-                break
-            pos = seg.locate(first)[0] if seg.base <= first < seg.end else 0
-            for _pos, h in seg.walk(pos, seg.size):
-                if h.base_offset >= end:
-                    break
-                if h.attributes & ATTR_CONTROL and h.base_offset >= start:
-                    found.append(h.base_offset)
-        return found
+        return [
+            h.base_offset
+            for h in self.headers(start, end)
+            if h.attributes & ATTR_CONTROL and h.base_offset >= start
+        ]
 
     def offset_for_timestamp(self, ts_ms: int) -> int | None:
         """First offset whose batch max_timestamp >= ts_ms, from the indexes' running max."""

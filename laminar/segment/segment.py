@@ -238,12 +238,20 @@ class Segment:
 
     @classmethod
     def recover_active(
-        cls, directory: str | Path, base: int, interval: int, listed: Container[str] | None = None
+        cls,
+        directory: str | Path,
+        base: int,
+        interval: int,
+        listed: Container[str] | None = None,
+        *,
+        same_boot: bool = False,
     ) -> Segment:
         """Open the last segment: verify every batch after the last good index entry and cut
         a torn or corrupt tail. ``listed``: the directory's files, if the caller just listed
         it (an index file not among them is not opened: most replicas of a restart have
-        none, their few entries still buffered when the node died)."""
+        none, their few entries still buffered when the node died). ``same_boot``: the file
+        is as its writer left it (``laminar.node.boot``), so only the batch headers there
+        are walked, finding a last batch cut short; reads check the rest on first use."""
         seg = cls(directory, base, interval)
         seg.data = handle = open_append(seg.log_path)
         size = handle.size()
@@ -269,7 +277,9 @@ class Segment:
             else:
                 seg._track_quiet(pos, h)
 
-        stop, reason = seg.scan(start, seg.end, size, on_batch)
+        stop, reason = seg.scan(start, seg.end, size, on_batch, check_crc=not same_boot)
+        if same_boot:
+            seg.unchecked_to = stop
         if reason is not None:
             log.warning(
                 "truncating torn or corrupt tail of the active segment",
@@ -537,14 +547,17 @@ class Segment:
         on_batch: Callable[[int, BatchHeader], None],
         *,
         check_terms: bool = False,
+        check_crc: bool = True,
     ) -> tuple[int, str | None]:
         """Verify whole batches (crc, contiguous offsets, with ``check_terms`` also their
-        terms against the index, which must then be complete) from pos to limit.
+        terms against the index, which must then be complete) from pos to limit; without
+        ``check_crc`` only their headers are read (as ``walk`` reads them).
 
         Returns (position reached, None) or (position of the first bad batch, reason).
         """
         handle = self.data
         fd = handle.fd
+        chunk = CHUNK if check_crc else 2 * self.interval + HEADER_SIZE
         buf = b""
         buf_pos = pos
         while pos < limit:
@@ -552,7 +565,7 @@ class Segment:
             if rel + HEADER_SIZE > len(buf):
                 if limit - pos < HEADER_SIZE:
                     return pos, f"torn batch header ({limit - pos} bytes at the end)"
-                buf = pread_exact(fd, min(CHUNK, limit - pos), pos, self.log_path)
+                buf = pread_exact(fd, min(chunk, limit - pos), pos, self.log_path)
                 buf_pos, rel = pos, 0
             try:
                 h = read_header(buf, rel)
@@ -561,13 +574,14 @@ class Segment:
             n = h.batch_length
             if pos + n > limit:
                 return pos, f"torn batch: {n} bytes announced, {limit - pos} left in the file"
-            if rel + n > len(buf):
-                buf = pread_exact(fd, max(n, min(CHUNK, limit - pos)), pos, self.log_path)
-                buf_pos, rel = pos, 0
-            try:
-                check_batch(memoryview(buf)[rel : rel + n])  # (the header is read above)
-            except CorruptBatchError as exc:
-                return pos, str(exc)
+            if check_crc:
+                if rel + n > len(buf):
+                    buf = pread_exact(fd, max(n, min(CHUNK, limit - pos)), pos, self.log_path)
+                    buf_pos, rel = pos, 0
+                try:
+                    check_batch(memoryview(buf)[rel : rel + n])  # (the header is read above)
+                except CorruptBatchError as exc:
+                    return pos, str(exc)
             if h.base_offset != expected:
                 return pos, f"batch base offset {h.base_offset}, expected {expected}"
             if check_terms and (why := self.term_mismatch(pos, h.term)):

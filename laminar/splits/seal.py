@@ -59,21 +59,21 @@ def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
 
 def find_seal(log: Any, tail: Tail | None = None) -> int | None:
     """The offset of the seal batch in ``log`` (a PartitionLog), or None. ``tail``: the log's
-    last batches as read on open (``PartitionLog.read_tail``), used as far as they reach."""
+    tail as walked on open (``PartitionLog.read_tail``), used as far as it reaches."""
     if tail is not None and tail.end != log.end_offset:
         tail = None  # (read before the log changed)
     offset = log.end_offset - 1
     for _ in range(SCAN_BATCHES):
         if offset < log.start_offset:
             return None
+        batch: bytes | memoryview | None
         if tail is not None and offset >= tail.start:
-            i = tail.find(offset)
-            batch: bytes | memoryview = tail.views[i]
-            header = tail.headers[i]
+            header = tail.headers[tail.find(offset)]
+            batch = tail.controls.get(header.base_offset)  # (control batches only)
         else:
             (batch,) = log.batches(offset, offset + 1, 1)[:1]
             header = record_batch.read_header(batch)
-        if not record_batch.is_control(header):
+        if batch is None or not record_batch.is_control(header):
             return None
         if is_seal(batch, header):
             return header.base_offset

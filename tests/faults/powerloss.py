@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from laminar.node.boot import MARKER
+
 
 @dataclass
 class PowerLossReport:
@@ -38,7 +40,10 @@ def synced_lengths(journal: Path) -> dict[int, int]:
 
 
 def lose_power(data_dir: Path, journal: Path, rng: random.Random, garble: bool) -> PowerLossReport:
-    """Apply a power cut to ``data_dir`` (the node must not be running)."""
+    """Apply a power cut to ``data_dir`` (the node must not be running). The machine boots
+    again after one: the node's boot marker no longer matches (``laminar.node.boot``), so its
+    restart checks every unsynced tail instead of trusting the page cache."""
+    (data_dir / MARKER).unlink(missing_ok=True)
     synced = synced_lengths(journal)
     report = PowerLossReport()
     for path in sorted(p for p in data_dir.rglob("*") if p.is_file()):
