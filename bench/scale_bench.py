@@ -16,6 +16,11 @@ the public ``Admin`` and ``Producer`` only:
   and the client's discovery of the new leaders both count);
 - ``restart_ready_s``: the killed node restarted, until ``cluster health`` says the cluster is
   whole again (the node up, every partition led, every replica in sync and serving);
+- with ``--data-gib G`` (default 10 without ``--quick``): the big topic filled to G GiB with
+  1,000-byte records (``Producer.send_many``), every replica caught up, node 1 SIGKILLed and
+  restarted: ``restart_with_data_s`` until ``cluster health`` is whole again, beside the
+  node's bytes on disk and ``restart_ready_s`` (the same restart without the data) as the
+  baseline of the same run;
 - ``cpu_s`` per phase and node: CPU-seconds, steadier than wall time on a loaded machine.
 
 Every phase notes the load average. The last line printed is one JSON object.
@@ -35,7 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +52,7 @@ from laminar.client import Admin, Producer
 from laminar.client.localcluster import LocalCluster, free_port_pairs
 
 TOPIC = "scale"
+DATA_VALUE_BYTES = 1000
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -162,7 +168,60 @@ async def restart_ready(cluster: LocalCluster, admin: Admin, node_id: int, timeo
     return float("nan")
 
 
-async def measure(partitions: int, idle_seconds: float, led_timeout: float) -> dict[str, Any]:
+async def wait_caught_up(admin: Admin, timeout: float) -> bool:
+    """Until every replica holds every record its leader has (lag 0 everywhere)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = await admin.cluster_status()
+            if all(r.lag == 0 for p in status.partitions for r in p.replicas):
+                return True
+        except Exception:  # a busy node may time out: ask again
+            pass
+        await asyncio.sleep(0.5)
+    return False
+
+
+def bytes_under(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+async def restart_with_data(
+    cluster: LocalCluster, admin: Admin, partitions: int, gib: float, meter: CpuMeter
+) -> dict[str, Any]:
+    """Fill the topic to ``gib`` GiB, let every replica catch up, SIGKILL node 1 and restart
+    it: seconds until the cluster is whole again (``restart_ready``)."""
+    value = os.urandom(DATA_VALUE_BYTES)
+    per_partition = max(1, round(gib * (1 << 30) / partitions / DATA_VALUE_BYTES))
+    started = time.perf_counter()
+    async with Producer(
+        cluster.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=600_000
+    ) as producer:
+        pending: deque[Any] = deque()
+        for p in range(partitions):
+            pending.append(await producer.send_many(TOPIC, [value] * per_partition, partition=p))
+            if len(pending) >= 64:
+                await pending.popleft()
+        for delivery in pending:
+            await delivery
+    filled = time.perf_counter() - started
+    out: dict[str, Any] = {
+        "data_fill_mib_s": round(gib * 1024 / filled, 1),
+        "data_caught_up": await wait_caught_up(admin, 600),
+        "data_bytes_node_1": bytes_under(cluster.nodes[1].data_dir),
+    }
+    cluster.kill_node(1)
+    await asyncio.sleep(1.0)
+    meter.lap()
+    out["load_restart_with_data"] = load()
+    out["restart_with_data_s"] = await restart_ready(cluster, admin, 1, 300)
+    out["cpu_s_restart_with_data"] = meter.lap()
+    return out
+
+
+async def measure(
+    partitions: int, idle_seconds: float, led_timeout: float, data_gib: float = 0.0
+) -> dict[str, Any]:
     out: dict[str, Any] = {"partitions": partitions}
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as root:
         cluster = LocalCluster(Path(root), free_port_pairs(3), log_level="warning")
@@ -227,6 +286,9 @@ async def measure(partitions: int, idle_seconds: float, led_timeout: float) -> d
                 out["load_restart"] = load()
                 out["restart_ready_s"] = await restart_ready(cluster, admin, victim, 300)
                 out["cpu_s_restart"] = meter.lap()
+                if data_gib:
+                    out["data_gib"] = data_gib
+                    out.update(await restart_with_data(cluster, admin, partitions, data_gib, meter))
         finally:
             cluster.stop()
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
@@ -237,12 +299,19 @@ async def main() -> None:
     parser.add_argument("--partitions", type=int, default=10_000)
     parser.add_argument("--baseline", type=int, default=30)
     parser.add_argument("--quick", action="store_true", help="short idle window, tighter bounds")
+    parser.add_argument(
+        "--data-gib",
+        type=float,
+        default=None,
+        help="GiB to fill the big topic with before a restart (default 10; 0 with --quick)",
+    )
     args = parser.parse_args()
     idle = 5.0 if args.quick else 15.0
     led_timeout = 120.0 if args.quick else 300.0
+    data_gib = args.data_gib if args.data_gib is not None else (0.0 if args.quick else 10.0)
     baseline = await measure(args.baseline, idle, led_timeout)
     print("baseline", json.dumps(baseline), flush=True)
-    big = await measure(args.partitions, idle, led_timeout)
+    big = await measure(args.partitions, idle, led_timeout, data_gib)
     print("big", json.dumps(big), flush=True)
     print(json.dumps({"bench": "scale", "quick": args.quick, "baseline": baseline, "big": big}))
 
