@@ -210,6 +210,11 @@ class FramedProtocol(asyncio.BufferedProtocol):
         self._wake_writers()
         self._gate_reading()
 
+    def unsent_bytes(self) -> int:
+        """Bytes written to this connection that the kernel has not taken yet."""
+        transport = self._transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     # server-side back-pressure -------------------------------------------------------------
     @property
     def in_flight(self) -> int:

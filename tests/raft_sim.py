@@ -87,6 +87,27 @@ class Host:
     rest_until: int = -1
     """A restarted node resting (``RaftNode.rest``) until then, as the node runtime's
     ``wake_uncalled`` would wake it."""
+    gate: SimGate | None = None
+
+
+class SimGate:
+    """A driver's send gate (``RaftConfig.send_gate``, the node's ``PeerBacklog``) closed at
+    random: entries held for a peer go once the simulation calls ``resume_sends``, as the
+    node's tick does once the peer's connection drained."""
+
+    def __init__(self, rng: random.Random, p_closed: float) -> None:
+        self.rng = rng
+        self.p_closed = p_closed
+        self.held: set[int] = set()
+
+    def open(self, to: int) -> bool:
+        if self.rng.random() < self.p_closed:
+            self.held.add(to)
+            return False
+        return True
+
+    def sent(self, to: int, size: int) -> None:
+        pass
 
 
 def _entry_key(e: Entry) -> tuple[int, int, int, bytes]:
@@ -140,6 +161,9 @@ class Sim:
         self.check_quorum = r.random() < 0.8
         self.rest_restarts = r.random() < 0.5
         self.prompt_commit = r.random() < 0.3  # (the metadata group's commit notices)
+        # (a generator of its own: seeds without a send gate keep their schedules)
+        self.gate_rng = random.Random(seed * 7919 + 1)
+        self.p_gate = self.gate_rng.choice((0.0, 0.0, 0.2, 0.6))
         self.faults = True
         self.clients = True
         conf = ConfState(tuple(range(1, self.n_voters + 1)))
@@ -170,6 +194,8 @@ class Sim:
             max_inflight_msgs=self.rng.choice((1, 4, 64)),
             max_msg_bytes=self.rng.choice((64, 4096)),
         )
+        if self.p_gate:
+            cfg.send_gate = h.gate = SimGate(self.gate_rng, self.p_gate)
         d = h.disk
         h.node = RaftNode(h.id, d.written, d.conf, d.hs, cfg)
         if self.rest_restarts and self.now > 0:  # a restart waits for its leader to call
@@ -633,6 +659,12 @@ class Sim:
                     self.stats["rests_called"] += 1
             if not h.node.quiesced and r.random() < 0.95:
                 h.node.tick()
+                self.process(h)
+            gate = h.gate
+            if gate is not None and gate.held and self.gate_rng.random() < 0.3:
+                held, gate.held = gate.held, set()
+                for to in sorted(held):
+                    h.node.resume_sends(to)
                 self.process(h)
         self.deliver_due()
         if self.clients and r.random() < 0.5:

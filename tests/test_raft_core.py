@@ -680,6 +680,45 @@ def test_a_leader_elected_while_a_node_was_away_probes_it_above_the_log_it_holds
     assert net.entries(1) == net.entries(2)
 
 
+class _Gate:
+    """A driver's send gate (``RaftConfig.send_gate``) closed to the peers in ``closed``."""
+
+    def __init__(self) -> None:
+        self.closed: set[int] = set()
+        self.asked: list[int] = []
+        self.given: list[tuple[int, int]] = []
+
+    def open(self, to: int) -> bool:
+        self.asked.append(to)
+        return to not in self.closed
+
+    def sent(self, to: int, size: int) -> None:
+        self.given.append((to, size))
+
+
+def test_a_closed_send_gate_holds_entries_until_resume_sends() -> None:
+    # A node catching a peer up on thousands of groups bounds what all of them queue toward
+    # it: a group whose gate is closed sends that peer no entries (heartbeats still go), and
+    # sends them once the driver calls resume_sends.
+    net = leader_net()
+    gate = _Gate()
+    net[1].cfg.send_gate = gate
+    gate.closed.add(3)
+    net[1].propose(b"x" * 100)
+    sent = net.take()
+    assert [(m.to, len(m.entries)) for m in sent if m.type == MessageType.APPEND] == [(2, 1)]
+    assert 3 in gate.asked and all(to == 2 for to, _ in gate.given)
+    for m in sent:
+        net[m.to].step(m)
+    net.deliver()
+    net.tick_all(3)  # heartbeats reach 3; its answers ask for entries the gate still holds
+    assert net[3].log.last_index() < net[1].log.last_index()
+    gate.closed.clear()
+    net[1].resume_sends(3)
+    net.deliver()
+    assert net.entries(3) == net.entries(1)
+
+
 def test_no_heartbeat_to_a_follower_while_a_probe_is_unanswered() -> None:
     # A returning node is probed from its match at once. A heartbeat each round meanwhile
     # made each answer trigger another probe (with 10,000 groups catching a restarted node

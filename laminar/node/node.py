@@ -55,6 +55,7 @@ from laminar.node.readmission import IdentityCheck, Readmission
 from laminar.node.repair import Broken, ReplicaRepair
 from laminar.node.replica import Replica
 from laminar.node.runtime import MultiRaft
+from laminar.node.send_gate import PeerBacklog
 from laminar.node.state_journal import JOURNAL_FILE, StateJournal
 from laminar.node.status import local_status
 from laminar.node.topic_admin import TopicAdmin, log_config
@@ -122,6 +123,7 @@ class Node:
             may_campaign=self.amnesia.may_campaign,
             before_cut=self.amnesia.cutting,
             flush_threads=config.flush_threads,
+            backlog=PeerBacklog(lambda peer: self.peers.unsent_bytes(peer)),
         )
         self.peers = PeerNetwork(
             self.node_id,

@@ -142,6 +142,11 @@ class PeerNetwork:
         connection = self._connections.get(node_id)
         return connection is not None and not connection.closed
 
+    def unsent_bytes(self, node_id: int) -> int:
+        """Bytes queued toward ``node_id`` that its connection has not handed to the kernel."""
+        connection = self._connections.get(node_id)
+        return 0 if connection is None or connection.closed else connection.unsent_bytes()
+
     def connected_peers(self) -> list[int]:
         return sorted(p for p, c in self._connections.items() if not c.closed)
 

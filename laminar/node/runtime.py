@@ -38,6 +38,7 @@ from laminar.errors import CorruptLogError, NotLeaderError
 from laminar.node.raft_codec import GroupMessage
 from laminar.node.raft_state import StateToSave
 from laminar.node.replica import Replica
+from laminar.node.send_gate import PeerBacklog
 from laminar.node.state_journal import StateJournal
 from laminar.raft import EntryKind, Message, MessageType
 from laminar.segment.log import PendingFlush
@@ -89,6 +90,7 @@ class MultiRaft:
         may_campaign: MayCampaign | None = None,
         before_cut: BeforeCut | None = None,
         flush_threads: int = 16,
+        backlog: PeerBacklog | None = None,
     ) -> None:
         if flush_threads < 1:
             raise ValueError(f"flush_threads must be >= 1, not {flush_threads}")
@@ -100,6 +102,8 @@ class MultiRaft:
         self._on_replica_failed = on_replica_failed
         self._may_campaign = may_campaign
         self._before_cut = before_cut
+        self._backlog = backlog
+        """Bounds the entries all groups queue toward a peer (``send_gate``)."""
         self._active: set[Replica] = set()
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
@@ -184,6 +188,8 @@ class MultiRaft:
         """Host ``replica``; the peers reported down and not up since count as down for it
         too (opened after the report, it would otherwise wait for them)."""
         self.replicas[replica.group] = replica
+        if self._backlog is not None:
+            replica.raft.cfg.send_gate = self._backlog.gate(replica)
         for node_id in self._down_nodes:
             self._report_down(replica, node_id)
         self._active.add(replica)
@@ -479,6 +485,8 @@ class MultiRaft:
                     self.step(group, message)
             else:
                 self._send(peer, messages)
+        if self._backlog is not None:
+            self._backlog.handed_over()
 
     # tasks ---------------------------------------------------------------------------------
     async def _tick_loop(self) -> None:
@@ -487,6 +495,8 @@ class MultiRaft:
             await asyncio.sleep(self.tick_seconds)
             self.ticks = ticks = self.ticks + 1
             now = time.monotonic()
+            if self._backlog is not None:
+                self._resume_held(self._backlog)
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)
@@ -504,6 +514,14 @@ class MultiRaft:
                     self.fail(replica, exc)
                     continue
                 if ready:
+                    self.wake(replica)
+
+    def _resume_held(self, backlog: PeerBacklog) -> None:
+        """Send the entries held for peers whose connections drained (see send_gate.py)."""
+        for peer, replicas in backlog.resumable():
+            for replica in replicas:
+                if not replica.closed:
+                    replica.raft.resume_sends(peer)
                     self.wake(replica)
 
     # the group commit ----------------------------------------------------------------------

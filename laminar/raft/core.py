@@ -680,6 +680,12 @@ class RaftNode:
             return True
         return False
 
+    def resume_sends(self, to: int) -> None:
+        """The driver's send gate opened for ``to`` again: send it what waits (at the next
+        ``has_ready``/``ready``)."""
+        if self.role == LEADER and to in self.prs and to != self.id:
+            self._dirty.add(to)
+
     def rest(self) -> None:
         """Sleep, as a follower that knows no leader, until a message comes: a restarted
         node's replicas wait for their leaders to call (each quiet leader sends one heartbeat
@@ -1097,15 +1103,27 @@ class RaftNode:
         log = self.log
         nxt = pr.next
         last = log.last_index()
+        gate = self.cfg.send_gate
+        # A closed gate holds the entries (the driver calls resume_sends once ``to`` takes
+        # more); an append due anyway (a probe, a commit notice) goes without them.
+        held = gate is not None and nxt <= last and not gate.open(to)
+        if held and not if_empty:
+            return False
         try:
             prev_term = log.term(nxt - 1)
-            ents = log.entries(nxt, last + 1, self.cfg.max_msg_bytes) if nxt <= last else []
+            ents = (
+                log.entries(nxt, last + 1, self.cfg.max_msg_bytes)
+                if nxt <= last and not held
+                else []
+            )
         except CompactedError:
             return self._send_reset(to, pr)
         if not ents and not if_empty:
             return False
         end = ents[-1].last if ents else nxt - 1
         if ents:
+            if gate is not None:
+                gate.sent(to, entries_size(ents))
             if pr.state == REPLICATE:
                 pr.next = end + 1
                 pr.inflights.add(end, entries_size(ents))

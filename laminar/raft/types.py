@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Protocol
 
 from laminar.errors import InvalidRequestError, NotLeaderError, RequestTimeoutError
 
@@ -120,6 +121,20 @@ class Ready:
     read_states: list[tuple[bytes, int]]
 
 
+class SendGate(Protocol):
+    """The driver's say on sending entries (``RaftConfig.send_gate``): a node catching up a
+    peer on thousands of groups at once must not queue gigabytes toward it."""
+
+    def open(self, to: int) -> bool:
+        """Whether entries may go to ``to`` now; if not, the driver calls ``resume_sends(to)``
+        once they may."""
+        ...
+
+    def sent(self, to: int, size: int) -> None:
+        """Entries of ``size`` bytes were sent to ``to``."""
+        ...
+
+
 @dataclass(slots=True)
 class RaftConfig:
     election_tick: int = 10
@@ -143,6 +158,8 @@ class RaftConfig:
     node answers reads of."""
     # Last offset the application already applied (restart): delivery resumes after it.
     applied: int = -1
+    send_gate: SendGate | None = None
+    """None: entries go whenever Raft's own flow control lets them."""
 
 
 class Role(IntEnum):
