@@ -1122,11 +1122,12 @@ class RaftNode:
             return False
         end = ents[-1].last if ents else nxt - 1
         if ents:
+            size = entries_size(ents)
             if gate is not None:
-                gate.sent(to, entries_size(ents))
+                gate.sent(to, size)
             if pr.state == REPLICATE:
                 pr.next = end + 1
-                pr.inflights.add(end, entries_size(ents))
+                pr.inflights.add(end, size)
             else:
                 pr.probe_sent = True
         elif pr.state == PROBE:
