@@ -206,6 +206,8 @@ class Placement:
         now = time.monotonic()
         if now - self._back_since.get(preferred, -SETTLE_S) < SETTLE_S:
             return
+        if self.node.runtime.streaming_to(preferred):
+            return  # still catching it up on other groups (at 10,000 partitions, 40 s)
         progress = raft.status().progress.get(preferred)
         if progress is not None and progress.match == raft.last_index and progress.recent_active:
             if now - self._last_transfer.get(replica.group, -TRANSFER_RETRY_S) < TRANSFER_RETRY_S:

@@ -326,6 +326,10 @@ class MultiRaft:
             self._wake_all(replicas[start : start + WAKE_AT_ONCE])
             await asyncio.sleep(0)
 
+    def streaming_to(self, node_id: int) -> bool:
+        """Whether entries for ``node_id`` wait behind this node's send gate (send_gate.py)."""
+        return self._backlog is not None and self._backlog.streaming(node_id)
+
     def is_down(self, node_id: int) -> bool:
         """Whether ``node_id`` was reported down and not up since."""
         return node_id in self._down_nodes
