@@ -9,11 +9,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from operator import attrgetter
 
-from laminar.raft.storage import CompactedError, Storage, UnavailableError, take_entries
+from laminar.raft.storage import (
+    _NO_LIMIT,
+    CompactedError,
+    Storage,
+    UnavailableError,
+    take_entries,
+)
 from laminar.raft.types import Entry
 
 _LAST = attrgetter("last")
-_NO_LIMIT = 1 << 62
 
 
 class RaftLog:

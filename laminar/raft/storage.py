@@ -26,6 +26,7 @@ class UnavailableError(LookupError):
 
 
 _NO_LIMIT = 1 << 62
+"""A byte limit that never binds (``entries`` of a whole range)."""
 
 
 class Storage(Protocol):
