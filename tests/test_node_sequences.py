@@ -6,6 +6,7 @@ the first write's offsets, and the rule holds after a restart (the table rebuilt
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from laminar.client import Admin, Consumer, TopicPartition
 from laminar.client.connection import Connection, is_retriable
 from laminar.errors import DuplicateSequenceError, OutOfOrderSequenceError
+from laminar.node.tail_checkpoint import CHECKPOINT_FILE, INTERVAL_S
 from laminar.segment.batch import build_batch
 from tests.cluster_fixture import ClusterHandle, start_cluster
 from tests.test_node_protocol import produce_body
@@ -108,5 +110,46 @@ async def test_sequence_rule_on_the_native_path(tmp_path: Path) -> None:
             b"d0",
             b"q0",
         ]
+    finally:
+        cluster.stop()
+
+
+async def test_a_crashed_node_remembers_sequences_from_its_tail_checkpoint(tmp_path: Path) -> None:
+    """SIGKILL after the node saved its tails (``tail_checkpoint``): the restart in the same
+    boot opens every replica from the saved state instead of walking its log, and the sequence
+    rule still knows the producer's batches, a retry gets the first write's offsets."""
+    cluster = start_cluster(tmp_path, nodes=1)
+    try:
+        leader = await wait_leader(cluster)
+        error, o = await produce(leader, batch(0, 3, "a"))
+        assert error is None
+        assert await produce(leader, batch(3, 2, "b")) == (None, o + 3)
+        node = cluster.nodes[1]
+        saved = node.data_dir / CHECKPOINT_FILE
+        for _ in range(int(4 * INTERVAL_S / 0.2)):  # the next capture after both writes
+            if saved.exists() and f'"end":{o + 5},'.encode() in saved.read_bytes():
+                break
+            await asyncio.sleep(0.2)
+        else:
+            raise AssertionError(f"no tail saved up to offset {o + 5}: {saved.read_bytes()!r}")
+
+        cluster.kill(1)
+        cluster.start_node(1)
+        cluster.wait_ready()
+        lines = node.log_path.read_text().splitlines()
+        opened = [json.loads(line) for line in lines if '"replicas opened"' in line]
+        assert opened and opened[-1]["from_tail_checkpoint"] == 2, opened  # metadata and seq-0
+        leader = await wait_leader(cluster)
+        for _ in range(100):  # the restarted node refuses writes until it leads again
+            error, base = await produce(leader, batch(0, 3, "a"))
+            if error is None:
+                break
+            await asyncio.sleep(0.1)
+        assert (error, base) == (None, o)  # a retry: the first write's offsets
+        error, _ = await produce(leader, batch(9, 1, "gap"))
+        assert isinstance(error, OutOfOrderSequenceError)
+        error, c = await produce(leader, batch(5, 1, "c"))
+        assert error is None and c > o + 4
+        assert await stored(cluster) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
     finally:
         cluster.stop()

@@ -11,7 +11,7 @@ import pytest
 
 from laminar.errors import CorruptLogError
 from laminar.node import producers
-from laminar.node.log_storage import LogStorage
+from laminar.node.log_storage import LogStorage, batch_to_entry
 from laminar.node.producers import ProducerTable
 from laminar.raft import ConfState, Entry, EntryKind, HardState, RaftNode, encode_conf
 from laminar.segment.batch import build_batch, is_control, read_header
@@ -146,9 +146,12 @@ def test_producer_sequences_spanning_segments_and_the_window(
         _assert_same_as_old_way(tmp_path / "log", config)
 
 
-def test_config_change_in_the_tail_reaches_the_raft_core(tmp_path: Path) -> None:
-    """The Raft core scans the log for configuration changes as it is built: from the kept
-    tail, it finds the same ones as from the log itself."""
+def test_config_change_in_the_tail_reaches_the_raft_core(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Raft core scans the log for configuration changes as it is built: from the ones
+    the tail showed (and, before the tail, control batches found by header), it finds the
+    same ones as from the log itself."""
     config = LogConfig()
     storage = LogStorage(PartitionLog.open(tmp_path / "log", config))
     _append(storage, 1, EntryKind.NOOP, b"")
@@ -159,29 +162,30 @@ def test_config_change_in_the_tail_reaches_the_raft_core(tmp_path: Path) -> None
     _append(storage, 4, EntryKind.NOOP, b"")
     storage.log.close()
     base = ConfState(voters=(1, 2, 3))
-    found = []
-    for keep_tail in (False, True):
-        for commit in (-1, 2, 3, 5):
-            log = PartitionLog.open(tmp_path / "log", config)
-            storage = LogStorage(log, keep_tail=keep_tail)
-            raft = RaftNode(1, storage, base, HardState(4, 0, commit))
-            storage.release_tail()
-            found.append((commit, raft.conf, raft.committed_conf, raft.last_index))
-            log.close()
-    assert found[:4] == found[4:]
-    assert found[0][1] == ConfState((1, 2, 3), (4,), 4)
     with PartitionLog.open(tmp_path / "log", config) as log:
-        storage = LogStorage(log)
+        raft = RaftNode(1, LogStorage(log), base, HardState(4, 0, -1))
+        assert raft.conf == ConfState((1, 2, 3), (4,), 4) and raft.last_index == 5
+    with PartitionLog.open(tmp_path / "log", config) as log:
         end = log.end_offset
-        ranges = [(lo, hi) for lo in range(end) for hi in range(lo, end + 2)]
-        plain = [(lo, hi, storage.config_entries(lo, hi)) for lo, hi in ranges]
-        assert [e.index for e in storage.config_entries(0, end)] == [2, 4]
-        for lo, hi, configs in plain:  # what reading every entry and keeping CONFIG finds
-            every = storage.entries(lo, hi, 1 << 30) if lo < hi else []
-            assert configs == [e for e in every if e.kind == EntryKind.CONFIG], (lo, hi)
+        every = [batch_to_entry(view) for view in log.batches(0, end, 1 << 30)]
+    ranges = [(lo, hi) for lo in range(end) for hi in range(lo, end + 2)]
+    # tails from every offset: the CONFIG entries before one are found by header
+    for window in range(1, end + 2):
+        monkeypatch.setattr(producers, "REBUILD_WINDOW_OFFSETS", window)
+        with PartitionLog.open(tmp_path / "log", config) as log:
+            storage = LogStorage(log)
+            assert [e.index for e in storage.config_entries(0, end)] == [2, 4]
+            for lo, hi in ranges:  # what reading every entry and keeping CONFIG finds
+                expected = [e for e in every[lo:hi] if e.kind == EntryKind.CONFIG]
+                assert storage.config_entries(lo, hi) == expected, (window, lo, hi)
+    monkeypatch.setattr(producers, "REBUILD_WINDOW_OFFSETS", 2)
     with PartitionLog.open(tmp_path / "log", config) as log:
-        kept = LogStorage(log, keep_tail=True)
-        assert [(lo, hi, kept.config_entries(lo, hi)) for lo, hi in ranges] == plain
+        storage = LogStorage(log)  # (the tail starts at 4)
+        # entries cut and appended are tracked as they come
+        storage.truncate(4)
+        assert [e.index for e in storage.config_entries(0, 4)] == [2]
+        _append(storage, 5, EntryKind.CONFIG, encode_conf(base))
+        assert [e.index for e in storage.config_entries(3, 6)] == [4]
 
 
 def test_the_tail_holds_every_header_and_only_control_batches_bytes(tmp_path: Path) -> None:

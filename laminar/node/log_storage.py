@@ -9,13 +9,15 @@ for them, and read back as (kind, payload).
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 
 from laminar.errors import OffsetOutOfRangeError
 from laminar.node.producers import ProducerTable
+from laminar.node.tail_checkpoint import TailState
 from laminar.raft import CompactedError, Entry, EntryKind, UnavailableError
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import ATTR_CONTROL
-from laminar.segment.log import PartitionLog, Tail
+from laminar.segment.log import PartitionLog
 from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
@@ -56,27 +58,69 @@ class LogStorage:
     checkpoint, starts a new segment, so deleting the segments below a checkpoint leaves a
     log that starts exactly at it (``metadata_checkpoint``)."""
 
-    __slots__ = ("_tail", "log", "producers", "roll_at_control", "seal_offset")
+    __slots__ = (
+        "_configs",
+        "_configs_from",
+        "log",
+        "producers",
+        "resumed",
+        "roll_at_control",
+        "seal_offset",
+    )
 
     def __init__(
-        self, log: PartitionLog, roll_at_control: bool = False, *, keep_tail: bool = False
+        self, log: PartitionLog, roll_at_control: bool = False, *, resume: TailState | None = None
     ) -> None:
-        """``keep_tail``: keep the tail read here (see ``Tail``) for ``config_entries``
-        until ``release_tail``: the Raft core's configuration scan on construction then reads
-        the control batches already read."""
+        """``resume``: the log's tail as saved in this boot (``tail_checkpoint``): if the log
+        still matches it, only the batches after it are walked."""
         self.log = log
         self.roll_at_control = roll_at_control
-        # One walk of the tail for the producer table, the seal and (kept) the Raft core.
-        tail = log.read_tail(ProducerTable.window_start(log))
         self.producers = ProducerTable()
-        self.producers.rebuild(log, tail)
-        self.seal_offset: int | None = None if roll_at_control else find_seal(log, tail)
+        # One walk of the tail for the producer table, the seal and the CONFIG entries.
+        self.resumed = resume is not None and resume.matches(log)
+        if resume is not None and self.resumed:
+            tail = log.read_tail(resume.end)
+            self.producers.restore(resume.producers)
+            for header in tail.headers:
+                self.producers.record(header, header.base_offset, header.last_offset)
+            seal = find_seal(log, tail, before_tail=resume.seal)
+            self._configs = [at for at in resume.configs if at >= log.start_offset]
+            self._configs_from = max(resume.configs_from, log.start_offset)
+        else:
+            tail = log.read_tail(ProducerTable.window_start(log))
+            self.producers.rebuild(log, tail)
+            seal = find_seal(log, tail)
+            self._configs = []
+            self._configs_from = tail.start
+        # Offsets of every CONFIG entry from ``_configs_from`` on (the Raft core's scan).
+        self._configs += [
+            at for at, view in tail.controls.items() if batch_to_entry(view).kind == _CONFIG
+        ]
+        self.seal_offset: int | None = None if roll_at_control else seal
         """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
-        self._tail: Tail | None = tail if keep_tail else None
 
-    def release_tail(self) -> None:
-        """Drop the tail kept since opening."""
-        self._tail = None
+    def tail_state(self) -> TailState | None:
+        """What a restart in this boot may skip reading (``tail_checkpoint``), with the log's
+        buffered index entries written first; None for an empty, closed or failed log."""
+        log = self.log
+        end, start = log.end_offset, log.start_offset
+        if end <= start or log.closed or log.sync_failed:
+            return None
+        try:
+            log.write_index()
+        except OSError:  # (a full disk: saved once it writes again)
+            return None
+        configs = self._configs
+        if configs and configs[0] < start:  # (retention removed them)
+            del configs[: bisect_left(configs, start)]
+        return TailState(
+            end,
+            log.term_at(end - 1),
+            max(self._configs_from, start),
+            tuple(configs),
+            self.seal_offset,
+            self.producers.snapshot(),
+        )
 
     def first_index(self) -> int:
         return self.log.start_offset
@@ -98,55 +142,54 @@ class LogStorage:
         return [batch_to_entry(view) for view in self.log.batches(lo, hi, max_bytes)]
 
     def config_entries(self, lo: int, hi: int) -> list[Entry]:
-        """CONFIG entries are control batches: found by header, only they are read (those of
-        the kept tail were read with it)."""
-        if lo < self.log.start_offset:
+        """CONFIG entries: those this storage knows of, and before what it knows, the control
+        batches found by header; only they are read."""
+        log = self.log
+        if lo < log.start_offset:
             raise CompactedError(lo)
-        log, tail = self.log, self._tail
-        split = hi
-        if tail is not None and tail.end == log.end_offset:
-            split = max(lo, min(hi, tail.start))
-        views = [log.batches(at, at + 1, 1)[0] for at in log.control_offsets(lo, split)]
-        if split < hi:
-            views += [view for at, view in tail.controls.items() if split <= at < hi]
+        split = max(lo, min(hi, self._configs_from))
+        offsets = log.control_offsets(lo, split) + [at for at in self._configs if split <= at < hi]
+        views = [log.batches(at, at + 1, 1)[0] for at in offsets]
         return [entry for entry in map(batch_to_entry, views) if entry.kind == _CONFIG]
 
     def append(self, entries: list[Entry]) -> None:
-        self._tail = None
         log = self.log
         for entry in entries:
             if entry.index < log.end_offset:
                 self.truncate(entry.index)
             if entry.kind != _NORMAL:
                 log.append_stamped(control_entry_batch(entry))
+                if entry.kind == _CONFIG:
+                    self._configs.append(entry.index)
                 continue
-            if self.roll_at_control and record_batch.is_control(
-                record_batch.read_header(entry.data)
-            ):
+            header = record_batch.read_header(entry.data)
+            control = header.attributes & ATTR_CONTROL
+            if self.roll_at_control and control:
                 log.roll()
             # The log stamps base offset (its end, which Raft made equal to entry.index) and
             # term while writing, so the batch bytes are never copied here.
             base, _ = log.append(entry.data, term=entry.term)
             assert base == entry.index, f"log end {base} is not entry index {entry.index}"
-            header = record_batch.read_header(entry.data)
             self.producers.record(header, entry.index, entry.last)
-            if header.attributes & ATTR_CONTROL and is_seal(entry.data, header):  # not metadata
+            if control and is_seal(entry.data, header):  # (not in the metadata log)
                 self.seal_offset = entry.index
                 # The seal closes its segment, so retention may delete it like any other and
                 # empty the sealed log (then the partition retires: ``laminar.splits.retire``).
                 log.roll()
 
     def truncate(self, index: int) -> None:
-        self._tail = None
         self.log.truncate(index)
         self.producers.truncate(index)
+        del self._configs[bisect_left(self._configs, index) :]
+        self._configs_from = min(self._configs_from, index)
         if self.seal_offset is not None and self.seal_offset >= index:
             self.seal_offset = None  # the seal was never committed: a new one is proposed
 
     def reset(self, start: int, prev_term: int) -> None:
-        self._tail = None
         self.log.reset(start, prev_term)
         self.producers.clear()
+        self._configs.clear()
+        self._configs_from = start
         if self.seal_offset is not None and self.seal_offset >= start:
             self.seal_offset = None
         # A seal below ``start`` stays: this log restarts after it, still sealed.

@@ -58,6 +58,7 @@ from laminar.node.runtime import MultiRaft
 from laminar.node.send_gate import PeerBacklog
 from laminar.node.state_journal import JOURNAL_FILE, StateJournal
 from laminar.node.status import local_status
+from laminar.node.tail_checkpoint import TailCheckpoint, TailSource
 from laminar.node.topic_admin import TopicAdmin, log_config
 from laminar.queues.partition import ShareConfig
 from laminar.queues.service import QueueService
@@ -108,6 +109,7 @@ class Node:
         self._tasks: list[asyncio.Task[None]] = []
         self.amnesia = Amnesia(config.data_dir)
         self.states = StateJournal(config.data_dir / JOURNAL_FILE)
+        self.tail_checkpoint = TailCheckpoint(config.data_dir)
         self.descriptors = DescriptorCache(config.max_open_log_files or None)
         self._partitions_dir = config.data_dir / "partitions"  # (see partition_dir)
         self._seeds = random.Random()
@@ -258,6 +260,7 @@ class Node:
             syncfs()
             self._synced_at_start = True
         self._same_boot = known_dir and boot.same_boot(self.config.data_dir)
+        self.tail_checkpoint.load(self._same_boot)
         metadata_dir = self.config.data_dir / "metadata"
         lost = self.amnesia.opening(METADATA_GROUP, "metadata", metadata_dir)
         self.metadata = Replica.open(
@@ -275,6 +278,7 @@ class Node:
             descriptors=self.descriptors,
             synced=self._synced_at_start,
             same_boot=self._same_boot,
+            resume=self.tail_checkpoint.take(metadata_dir.name),
         )
         self.metadata.saves_commit = True
         self.identity.metadata_start = self.metadata.raft.last_index
@@ -304,6 +308,7 @@ class Node:
             asyncio.create_task(self.disk.watch(), name="disk-space"),
             asyncio.create_task(self.leader_reports.run(), name="leader-reports"),
             asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
+            asyncio.create_task(self.tail_checkpoint.run(self._tail_sources), name="tails"),
         ]
         self.spawn(self._register())
         log.info(
@@ -331,6 +336,12 @@ class Node:
                 await asyncio.gather(*self._opening)
         finally:
             self._found_dirs = None
+        opened = list(self.runtime.replicas.values())
+        log.info(
+            "replicas opened",
+            replicas=len(opened),
+            from_tail_checkpoint=sum(replica.storage.resumed for replica in opened),
+        )
 
     async def _start_network(self) -> None:
         # The Raft runtime runs before any peer is heard: without its flush passes nothing a
@@ -386,6 +397,9 @@ class Node:
         await _bounded("splits", self.splits.stop())
         await _bounded("gossip", self.swim.stop())
         await _bounded("peers", self.peers.stop())
+        if self.metadata is not None:  # (started: its replicas are open)
+            await self.tail_checkpoint.capture_all(self._tail_sources())
+            await self.tail_checkpoint.save()
         await self.runtime.stop()  # (unbounded: it makes every log durable)
         self.states.close()
         self._unlock_data_dir()
@@ -613,6 +627,7 @@ class Node:
         await replica.log_closed.wait()
         await asyncio.to_thread(shutil.rmtree, replica.directory, True)
         self.states.forget(replica.directory.name)
+        self.tail_checkpoint.forget(replica.directory.name)
         self.amnesia.forget(replica.directory.name)
 
     def partition_dir(self, topic: Topic, partition: int, origin: int) -> Path:
@@ -656,8 +671,14 @@ class Node:
             states=self.states,
             descriptors=self.descriptors,
         )
+        resume = self.tail_checkpoint.take(directory.name)
         try:
-            replica = opener(synced=self._synced_at_start, same_boot=self._same_boot, exists=exists)
+            replica = opener(
+                synced=self._synced_at_start,
+                same_boot=self._same_boot,
+                exists=exists,
+                resume=resume,
+            )
         except (LaminarError, OSError) as exc:  # damaged files: this partition alone is offline
             closed = asyncio.Event()
             closed.set()
@@ -677,6 +698,14 @@ class Node:
             # The other replicas of a new group give the preferred one a head start: thousands
             # of groups created at once otherwise split their first votes between candidates.
             replica.raft.election_elapsed = -FIRST_ELECTION_GRACE * self.config.election_ticks
+
+    def _tail_sources(self) -> list[tuple[str, TailSource]]:
+        """The open replicas' logs, by directory name (``tail_checkpoint``)."""
+        return [
+            (replica.directory.name, replica.storage)
+            for replica in self.runtime.replicas.values()
+            if not replica.closed
+        ]
 
     def _log_config(self, settings: TopicSettings) -> LogConfig:
         return log_config(settings, self.config.max_batch_bytes)

@@ -78,6 +78,25 @@ class ProducerTable:
     def clear(self) -> None:
         self._producers.clear()
 
+    def snapshot(self) -> list[list[int]]:
+        """Every remembered batch as [producer id, epoch, base sequence, base offset, last
+        offset], oldest first per producer (``restore`` takes it back; see TailState)."""
+        return [
+            [producer_id, w.producer_epoch, w.base_sequence, w.base_offset, w.last_offset]
+            for producer_id, written in self._producers.items()
+            for w in written
+        ]
+
+    def restore(self, rows: list[list[int]]) -> None:
+        """The table as ``snapshot`` saw it."""
+        self.clear()
+        producers = self._producers
+        for producer_id, epoch, base_sequence, base_offset, last_offset in rows:
+            written = producers.get(producer_id)
+            if written is None:
+                written = producers[producer_id] = collections.deque(maxlen=KEEP_PER_PRODUCER)
+            written.append(Written(base_sequence, base_offset, last_offset, epoch))
+
     @staticmethod
     def window_start(log: PartitionLog) -> int:
         """Where ``rebuild`` starts reading: the last REBUILD_WINDOW_OFFSETS offsets."""

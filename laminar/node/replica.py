@@ -15,6 +15,7 @@ from laminar.errors import NotLeaderError
 from laminar.node.log_storage import LogStorage
 from laminar.node.raft_state import StateToSave, StateWriter, load_state, save_state
 from laminar.node.state_journal import StateJournal
+from laminar.node.tail_checkpoint import TailState
 from laminar.raft import ConfState, HardState, Message, RaftConfig, RaftNode, Role
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.log import LogConfig, PartitionLog
@@ -105,6 +106,7 @@ class Replica:
         synced: bool = False,
         same_boot: bool = False,
         exists: bool | None = None,
+        resume: TailState | None = None,
         **kwargs: Any,
     ) -> Replica:
         """Open (or create) the replica in ``directory``; with ``cut_damage`` every batch is
@@ -114,8 +116,9 @@ class Replica:
         it holds the lock of its whole data directory, so the log takes no lock of its own
         (one descriptor per replica fewer). ``synced`` and ``same_boot``: see
         ``PartitionLog.open`` (not kept for ``reopen``, which syncs and checks afresh).
-        ``exists``: whether ``directory`` exists, if the caller just looked (not kept for
-        ``reopen`` either)."""
+        ``exists``: whether ``directory`` exists, if the caller just looked, and
+        ``resume``: its log's tail as saved in this boot (``tail_checkpoint``), are not kept
+        for ``reopen`` either."""
         reopen = functools.partial(
             cls.open,
             group,
@@ -145,10 +148,9 @@ class Replica:
         try:
             if cut_damage:
                 log.cut_at_damage()
-            storage = LogStorage(log, roll_at_control, keep_tail=True)
+            storage = LogStorage(log, roll_at_control, resume=resume)
             conf = conf or initial_conf
-            raft = RaftNode(node_id, storage, conf, hard, raft_config)  # reads the log's tail
-            storage.release_tail()
+            raft = RaftNode(node_id, storage, conf, hard, raft_config)
         except BaseException:
             log.close()
             raise

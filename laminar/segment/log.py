@@ -338,6 +338,10 @@ class PartitionLog:
         return self._failed is not None
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
@@ -432,6 +436,12 @@ class PartitionLog:
         """Drop the dirty handles of these files (made durable or cut); under ``_lock``."""
         for key in [k for k, h in self._dirty.items() if h.path in paths]:
             del self._dirty[key]
+
+    def write_index(self) -> None:
+        """Write the active segment's buffered index entries to its index files (no fsync):
+        a restart in the same boot then walks only the batches after them."""
+        self._check_open()
+        self._segments[-1].write_pending()
 
     def roll(self) -> None:
         """Seal the active segment now if it holds anything (tests, admin)."""

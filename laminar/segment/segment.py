@@ -258,10 +258,11 @@ class Segment:
         raw_idx = _read_listed(seg.index_path, listed)
         raw_time = _read_listed(seg.time_path, listed)
         idx, _ = OffsetIndex.parse(base, raw_idx, size)
-        while len(idx) and not seg._entry_matches(idx, size):
+        indexed = None
+        while len(idx) and (indexed := seg._indexed_header(idx, size)) is None:
             idx.keep(len(idx) - 1)
         seg.idx = idx
-        if len(idx):
+        if indexed is not None:
             start = idx.positions[-1]
             seg.last_term = idx.terms[-1]
             seg.max_ts = idx.max_ts[-1]
@@ -270,6 +271,9 @@ class Segment:
         else:
             start, first_pos = 0, None
         seg.unchecked_to = start  # the scan below checks the rest
+        if same_boot and indexed is not None:  # (its header was just read: walk on after it)
+            seg.size, seg.end = start + indexed.batch_length, indexed.next_offset
+            start = seg.size
 
         def on_batch(pos: int, h: BatchHeader) -> None:
             if pos == first_pos:
@@ -307,19 +311,22 @@ class Segment:
                 write_whole(path, fresh)
         return seg
 
-    def _entry_matches(self, idx: OffsetIndex, size: int) -> bool:
+    def _indexed_header(self, idx: OffsetIndex, size: int) -> BatchHeader | None:
+        """The header of the batch the last index entry names, if it is that batch, whole."""
         pos = idx.positions[-1]
         handle = self.data
         try:
             h = read_header(os.pread(handle.fd, HEADER_SIZE, pos))
         except CorruptBatchError:
-            return False
-        return (
+            return None
+        if (
             h.base_offset == idx.offsets[-1]
             and h.term == idx.terms[-1]
             and pos + h.batch_length <= size
             and h.max_timestamp <= idx.max_ts[-1]
-        )
+        ):
+            return h
+        return None
 
     def _derive_time_index(self, *, seal: bool) -> None:
         tidx = TimeIndex(self.base)

@@ -57,9 +57,13 @@ def is_seal(batch: bytes | memoryview, header: BatchHeader) -> bool:
     return bool(records) and records[0].key == _SEAL_KEY
 
 
-def find_seal(log: Any, tail: Tail | None = None) -> int | None:
+_READ = object()
+
+
+def find_seal(log: Any, tail: Tail | None = None, *, before_tail: Any = _READ) -> int | None:
     """The offset of the seal batch in ``log`` (a PartitionLog), or None. ``tail``: the log's
-    tail as walked on open (``PartitionLog.read_tail``), used as far as it reaches."""
+    tail as walked on open (``PartitionLog.read_tail``), used as far as it reaches; a caller
+    that knows the seal before it (a ``TailState``) passes it as ``before_tail``."""
     if tail is not None and tail.end != log.end_offset:
         tail = None  # (read before the log changed)
     offset = log.end_offset - 1
@@ -70,6 +74,8 @@ def find_seal(log: Any, tail: Tail | None = None) -> int | None:
         if tail is not None and offset >= tail.start:
             header = tail.headers[tail.find(offset)]
             batch = tail.controls.get(header.base_offset)  # (control batches only)
+        elif before_tail is not _READ:
+            return before_tail
         else:
             (batch,) = log.batches(offset, offset + 1, 1)[:1]
             header = record_batch.read_header(batch)
