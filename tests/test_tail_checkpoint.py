@@ -144,6 +144,15 @@ async def test_the_checkpoint_file_keeps_states_for_the_same_boot_only(
     _append(storage, 1, EntryKind.NORMAL, _record(7, 100))
     checkpoint.capture("p-0", storage)
     assert calls == [1]
+    saved = original(storage)
+    emptied = LogStorage(PartitionLog.open(tmp_path / "emptied", CONFIG))
+    _write(emptied, 1, 2, {7: 0, 8: 0})
+    checkpoint.capture("p-1", emptied)
+    emptied.reset(40, 2)  # a snapshot installed: nothing to save (a restart walks nothing)
+    checkpoint.capture("p-1", emptied)
+    await checkpoint.save()
+    assert b'"p-1"' not in (tmp_path / CHECKPOINT_FILE).read_bytes()
+    emptied.log.close()
     storage.log.close()
 
     again = TailCheckpoint(tmp_path)

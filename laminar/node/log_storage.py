@@ -99,6 +99,12 @@ class LogStorage:
         self.seal_offset: int | None = None if roll_at_control else seal
         """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
 
+    def tail_mark(self) -> tuple[int, int]:
+        """(end offset, the term there): moves whenever ``tail_state`` could
+        (``tail_checkpoint``)."""
+        end = self.log.end_offset
+        return (end, self.log.term_at(end - 1))
+
     def tail_state(self) -> TailState | None:
         """What a restart in this boot may skip reading (``tail_checkpoint``), with the log's
         buffered index entries written first; None for an empty, closed or failed log."""

@@ -90,9 +90,9 @@ class TailState:
 class TailSource(Protocol):
     """A replica's Raft log, as the checkpoint reads it (``LogStorage``)."""
 
-    def last_index(self) -> int: ...
-
-    def term(self, index: int) -> int: ...
+    def tail_mark(self) -> tuple[int, int]:
+        """(end offset, term of the last batch): cheap, and moves whenever the tail does."""
+        ...
 
     def tail_state(self) -> TailState | None: ...
 
@@ -105,7 +105,7 @@ class TailCheckpoint:
         self._loaded: dict[str, TailState] = {}
         self._lines: dict[str, bytes] = {}
         self._marks: dict[str, tuple[int, int]] = {}
-        """(last index, its term) of each log when its state was saved: unchanged, skipped."""
+        """``tail_mark`` of each log when its state was saved: while unchanged, skipped."""
         self._writing = threading.Lock()
 
     def load(self, same_boot: bool) -> None:
@@ -125,7 +125,7 @@ class TailCheckpoint:
                 name = document["name"]
                 self._loaded[name] = state = TailState.decode(document)
                 self._lines[name] = line
-                self._marks[name] = (state.end - 1, state.term)
+                self._marks[name] = (state.end, state.term)
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring a damaged tail checkpoint", file=str(self.path), error=str(exc))
             self._loaded.clear()
@@ -144,15 +144,15 @@ class TailCheckpoint:
 
     def capture(self, name: str, source: TailSource) -> None:
         """Save the state of ``source``'s log if it moved since the last capture."""
-        last = source.last_index()
-        mark = (last, source.term(last)) if last >= 0 else (last, 0)
+        mark = source.tail_mark()
         if self._marks.get(name) == mark:
             return
         state = source.tail_state()
-        if state is None:
+        if state is None:  # (empty, closed or failed: tried again next time)
             self._lines.pop(name, None)
-        else:
-            self._lines[name] = state.encode(name)
+            self._marks.pop(name, None)
+            return
+        self._lines[name] = state.encode(name)
         self._marks[name] = mark
 
     async def capture_all(self, sources: Iterable[tuple[str, TailSource]]) -> None:
