@@ -53,7 +53,7 @@ from laminar.node.peers import PeerNetwork
 from laminar.node.placement import Placement
 from laminar.node.readmission import IdentityCheck, Readmission
 from laminar.node.repair import Broken, ReplicaRepair
-from laminar.node.replica import Replica
+from laminar.node.replica import LOG_DIR, Replica
 from laminar.node.runtime import MultiRaft
 from laminar.node.send_gate import PeerBacklog
 from laminar.node.state_journal import JOURNAL_FILE, StateJournal
@@ -66,6 +66,7 @@ from laminar.raft import ConfState, MessageType, RaftConfig
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import filesystem_syncer, lock_directory
 from laminar.segment.log import LogConfig
+from laminar.segment.prefetch import warm
 from laminar.splits.retire import retention_upto
 from laminar.splits.service import SplitService
 from laminar.transport import split_address
@@ -330,12 +331,14 @@ class Node:
             self._found_dirs = set(os.listdir(self._partitions_dir))
         except FileNotFoundError:
             self._found_dirs = set()
+        warming = warm(f"{self._partitions_dir}/{name}/{LOG_DIR}" for name in self._found_dirs)
         try:
             self.runtime.process_now(self.metadata)
             while self._opening:
                 await asyncio.gather(*self._opening)
         finally:
             self._found_dirs = None
+            warming.shutdown(wait=False, cancel_futures=True)
         opened = list(self.runtime.replicas.values())
         log.info(
             "replicas opened",
