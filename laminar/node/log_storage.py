@@ -51,6 +51,12 @@ def batch_to_entry(view: memoryview) -> Entry:
     return Entry(header.term, header.base_offset, last, _NORMAL, view)
 
 
+def _is_config(view: memoryview) -> bool:
+    """Whether a stored control batch is a CONFIG entry (one record: a queue's state batches
+    usually hold many, and are not decoded here)."""
+    return record_batch.read_header(view).record_count == 1 and batch_to_entry(view).kind == _CONFIG
+
+
 class LogStorage:
     """Implements the Raft core's Storage protocol over a PartitionLog.
 
@@ -93,9 +99,7 @@ class LogStorage:
             self._configs = []
             self._configs_from = tail.start
         # Offsets of every CONFIG entry from ``_configs_from`` on (the Raft core's scan).
-        self._configs += [
-            at for at, view in tail.controls.items() if batch_to_entry(view).kind == _CONFIG
-        ]
+        self._configs += [at for at, view in tail.controls.items() if _is_config(view)]
         self.seal_offset: int | None = None if roll_at_control else seal
         """Offset of this log's seal batch (``laminar.splits.seal``): no record after it."""
 
