@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from laminar.errors import CorruptLogError
+from laminar.node import log_storage
 from laminar.node.log_storage import LogStorage
 from laminar.node.tail_checkpoint import CHECKPOINT_FILE, TailCheckpoint, TailState
 from laminar.raft import ConfState, Entry, EntryKind, HardState, RaftNode, encode_conf
@@ -70,7 +71,10 @@ def _damage_header(path: Path, offset: int) -> None:
         f.write(b"\x07")
 
 
-def test_a_saved_tail_opens_like_the_walk_without_reading_before_it(tmp_path: Path) -> None:
+def test_a_saved_tail_opens_like_the_walk_without_reading_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_storage, "UNINDEXED_WALK_BYTES", 256)  # (these batches are small)
     path = tmp_path / "log"
     storage = LogStorage(PartitionLog.open(path, CONFIG))
     sequences = {7: 0, 8: 0}
@@ -171,3 +175,22 @@ async def test_the_checkpoint_file_keeps_states_for_the_same_boot_only(
     other_boot.load(same_boot=False)
     assert other_boot.take("p-0") is None
     assert not (tmp_path / CHECKPOINT_FILE).exists()
+
+
+def test_a_saved_tail_writes_the_index_only_past_a_short_walk(tmp_path: Path) -> None:
+    """A new replica's few index entries stay buffered (creating its index files costs more
+    than walking a few KiB on restart); past UNINDEXED_WALK_BYTES they are written."""
+    config = LogConfig(index_interval_bytes=1024)  # (fewer entries than a buffer's worth)
+    path = tmp_path / "log"
+    storage = LogStorage(PartitionLog.open(path, config))
+    _write(storage, 1, 3, {7: 0, 8: 0})
+    assert storage.tail_state() is not None
+    index = path / "00000000000000000000.index"
+    assert not index.exists()
+    while storage.log.size_bytes < log_storage.UNINDEXED_WALK_BYTES + 1024:
+        _write(storage, 1, 20, {7: 0, 8: 0})
+    assert not index.exists()  # (still buffered)
+    assert storage.tail_state() is not None
+    entries = storage.log.size_bytes // 2 // config.index_interval_bytes  # (at least)
+    assert index.stat().st_size >= 24 * entries
+    storage.log.close()

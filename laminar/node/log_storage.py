@@ -21,6 +21,9 @@ from laminar.segment.log import PartitionLog
 from laminar.splits.seal import find_seal, is_raft_noop, is_seal
 
 _KIND = struct.Struct(">H")
+UNINDEXED_WALK_BYTES = 32 * 1024
+"""A restart walks the batch headers after a log's last index entry on disk: a saved tail
+writes the log's buffered entries only once they cover this much (``tail_state``)."""
 _NORMAL, _NOOP, _CONFIG = EntryKind.NORMAL, EntryKind.NOOP, EntryKind.CONFIG  # (read once)
 
 
@@ -117,7 +120,7 @@ class LogStorage:
         if end <= start or log.closed or log.sync_failed:
             return None
         try:
-            log.write_index()
+            log.write_index(unless_within=UNINDEXED_WALK_BYTES)
         except OSError:  # (a full disk: saved once it writes again)
             return None
         configs = self._configs

@@ -13,7 +13,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -309,7 +309,10 @@ class Node:
             asyncio.create_task(self.disk.watch(), name="disk-space"),
             asyncio.create_task(self.leader_reports.run(), name="leader-reports"),
             asyncio.create_task(self.metadata_service.checkpoint_loop(), name="md-checkpoint"),
-            asyncio.create_task(self.tail_checkpoint.run(self._tail_sources), name="tails"),
+            asyncio.create_task(
+                self.tail_checkpoint.run(self._tail_sources, self._moved_tail_sources),
+                name="tails",
+            ),
         ]
         self.spawn(self._register())
         log.info(
@@ -702,13 +705,19 @@ class Node:
             # of groups created at once otherwise split their first votes between candidates.
             replica.raft.election_elapsed = -FIRST_ELECTION_GRACE * self.config.election_ticks
 
-    def _tail_sources(self) -> list[tuple[str, TailSource]]:
-        """The open replicas' logs, by directory name (``tail_checkpoint``)."""
-        return [
-            (replica.directory.name, replica.storage)
-            for replica in self.runtime.replicas.values()
-            if not replica.closed
-        ]
+    def _tail_sources(
+        self, replicas: Iterable[Replica] | None = None
+    ) -> list[tuple[str, TailSource]]:
+        """The open replicas' logs (or those of ``replicas``), by directory name
+        (``tail_checkpoint``)."""
+        if replicas is None:
+            replicas = self.runtime.replicas.values()
+        return [(r.directory.name, r.storage) for r in replicas if not r.closed]
+
+    def _moved_tail_sources(self) -> list[tuple[str, TailSource]]:
+        """The logs a flush pass synced since the last call: only their tails moved."""
+        moved, self.runtime.tails_moved = self.runtime.tails_moved, set()
+        return self._tail_sources(moved)
 
     def _log_config(self, settings: TopicSettings) -> LogConfig:
         return log_config(settings, self.config.max_batch_bytes)

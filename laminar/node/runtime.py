@@ -137,6 +137,8 @@ class MultiRaft:
         """Replicas a pass synced since ``Readmission.watermark_loop`` last took this set: only
         their durable offsets can have moved (visiting all 10,000 replicas each second was a
         third of an idle node's CPU)."""
+        self.tails_moved: set[Replica] = set()
+        """The same since the node's tail checkpoint last took it (``tail_checkpoint``)."""
         self._in_pass: set[Replica] = set()
         """Replicas of the pass in the flush thread (their held messages leave after it)."""
         self.sync_filesystem: Callable[[], None] | None = None
@@ -579,11 +581,12 @@ class MultiRaft:
             self.flush_cycles += 1
             self.commit_seconds.observe(time.perf_counter() - self._pass_started)
             self.commit_logs.observe(len(jobs))
-            flushed = self.flushed
+            flushed, tails_moved = self.flushed, self.tails_moved
             for replica, last, term, held, _ in jobs:
                 if replica.closed:
                     continue
                 flushed.add(replica)
+                tails_moved.add(replica)
                 if last >= 0:
                     try:
                         replica.raft.persisted(last, term)

@@ -172,9 +172,17 @@ class TailCheckpoint:
         with self._writing:
             write_atomic(self.path, data)
 
-    async def run(self, sources: Callable[[], list[tuple[str, TailSource]]]) -> None:
-        """Every INTERVAL_S: capture the moved logs, then save."""
+    async def run(
+        self,
+        every: Callable[[], list[tuple[str, TailSource]]],
+        moved: Callable[[], list[tuple[str, TailSource]]],
+    ) -> None:
+        """Every INTERVAL_S: capture the logs that may have moved since the last time (every
+        log the first time: one walked on opening has no state yet), then save. Visiting all
+        10,000 logs each time cost an idle node 0.6 % of a core."""
+        sources = every
         while True:
             await asyncio.sleep(INTERVAL_S)
             await self.capture_all(sources())
+            sources = moved
             await self.save()

@@ -437,11 +437,15 @@ class PartitionLog:
         for key in [k for k, h in self._dirty.items() if h.path in paths]:
             del self._dirty[key]
 
-    def write_index(self) -> None:
+    def write_index(self, unless_within: int = 0) -> None:
         """Write the active segment's buffered index entries to its index files (no fsync):
-        a restart in the same boot then walks only the batches after them."""
+        a restart in the same boot then walks only the batches after them. Not while they
+        cover less than ``unless_within`` bytes of data: walking those costs less than the
+        write (a new replica's first write creates its index files, 0.6-0.8 ms of CPU each)."""
         self._check_open()
-        self._segments[-1].write_pending()
+        seg = self._segments[-1]
+        if seg.unindexed_bytes() >= max(1, unless_within):
+            seg.write_pending()
 
     def roll(self) -> None:
         """Seal the active segment now if it holds anything (tests, admin)."""

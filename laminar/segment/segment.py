@@ -28,7 +28,7 @@ from laminar.errors import CorruptBatchError, CorruptLogError
 from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, check_batch, read_header
 from laminar.segment.descriptors import DescriptorCache
 from laminar.segment.fileio import FileHandle, open_append, pread_exact, write_whole
-from laminar.segment.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from laminar.segment.index import NO_TIMESTAMP, OFFSET_ENTRY, OffsetIndex, TimeIndex
 
 log = structlog.get_logger(__name__)
 
@@ -394,6 +394,12 @@ class Segment:
         self.size = pos + h.batch_length
         self.end = h.next_offset
         self.last_term = h.term
+
+    def unindexed_bytes(self) -> int:
+        """Bytes of data from the first index entry not yet in the index file on."""
+        if not self._pending_idx:
+            return 0
+        return self.size - OFFSET_ENTRY.unpack_from(self._pending_idx)[1]
 
     def write_pending(self) -> None:
         """Write buffered index entries (index files are rebuilt on recovery, never fsynced
