@@ -56,7 +56,8 @@ def _opened(path: Path, resume: TailState | None) -> tuple[object, ...]:
     try:
         storage = LogStorage(log, resume=resume)
         raft = RaftNode(1, storage, BASE, HardState(9, 0, -1))
-        return (storage.producers.snapshot(), storage.seal_offset, raft.conf, raft.last_index)
+        table = storage.producers.snapshot(log.end_offset)
+        return (table, storage.seal_offset, raft.conf, raft.last_index)
     finally:
         log.close()
 
@@ -91,6 +92,29 @@ def test_a_saved_tail_opens_like_the_walk_without_reading_before_it(
     assert _opened(path, state) == walked  # not read
     with pytest.raises(CorruptLogError):
         _opened(path, None)
+
+
+def test_a_batch_proposed_but_not_yet_in_the_log_is_not_saved(tmp_path: Path) -> None:
+    """A leader records a batch in its producer table when it proposes it, before its log
+    holds it: a state saved then must not remember it, or a retry after a crash that lost
+    it would be answered with offsets the log does not hold."""
+    path = tmp_path / "log"
+    storage = LogStorage(PartitionLog.open(path, CONFIG))
+    _write(storage, 1, 4, {7: 0, 8: 0})
+    end = storage.log.end_offset
+    proposed = _record(7, 4)
+    header = read_header(proposed)
+    storage.producers.record(header, end, end + 1)  # (as PartitionIO.append does)
+    state = storage.tail_state()
+    assert state is not None and all(row[3] < end for row in state.producers)
+    storage.log.close()
+    log = PartitionLog.open(path, CONFIG, same_boot=True)
+    try:
+        reopened = LogStorage(log, resume=state)
+        assert reopened.resumed and reopened.producers.find(header) is None
+        assert reopened.producers.last(7).last_sequence == 3
+    finally:
+        log.close()
 
 
 def test_a_seal_before_or_after_the_saved_end_is_found(tmp_path: Path) -> None:

@@ -132,7 +132,7 @@ class LogStorage:
             max(self._configs_from, start),
             tuple(configs),
             self.seal_offset,
-            self.producers.snapshot(),
+            self.producers.snapshot(end),
         )
 
     def first_index(self) -> int:

@@ -78,13 +78,16 @@ class ProducerTable:
     def clear(self) -> None:
         self._producers.clear()
 
-    def snapshot(self) -> list[list[int]]:
-        """Every remembered batch as [producer id, epoch, base sequence, base offset, last
-        offset], oldest first per producer (``restore`` takes it back; see TailState)."""
+    def snapshot(self, end: int) -> list[list[int]]:
+        """Every remembered batch below offset ``end`` (the log's end: a leader records a
+        batch when it proposes it, before its log holds it) as [producer id, epoch, base
+        sequence, base offset, last offset], oldest first per producer (``restore`` takes it
+        back; see TailState)."""
         return [
             [producer_id, w.producer_epoch, w.base_sequence, w.base_offset, w.last_offset]
             for producer_id, written in self._producers.items()
             for w in written
+            if w.last_offset < end
         ]
 
     def restore(self, rows: list[list[int]]) -> None:

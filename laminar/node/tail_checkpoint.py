@@ -55,7 +55,7 @@ class TailState:
     """Offsets of every CONFIG entry in ``[configs_from, end)`` (the Raft core's scan)."""
     seal: int | None
     producers: list[list[int]]
-    """``ProducerTable.snapshot()``."""
+    """``ProducerTable.snapshot(end)``."""
 
     def matches(self, log: PartitionLog) -> bool:
         """Whether ``log`` still holds the batch this state ended at, so the same log up to
