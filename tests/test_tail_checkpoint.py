@@ -218,3 +218,13 @@ def test_a_saved_tail_writes_the_index_only_past_a_short_walk(tmp_path: Path) ->
     entries = storage.log.size_bytes // 2 // config.index_interval_bytes  # (at least)
     assert index.stat().st_size >= 24 * entries
     storage.log.close()
+
+
+async def test_a_failed_save_is_logged_and_the_node_goes_on(tmp_path: Path) -> None:
+    checkpoint = TailCheckpoint(tmp_path)
+    (tmp_path / CHECKPOINT_FILE).mkdir()  # (any write error: the file cannot be replaced)
+    storage = LogStorage(PartitionLog.open(tmp_path / "log", CONFIG))
+    _write(storage, 1, 2, {7: 0, 8: 0})
+    await checkpoint.capture_all([("p-0", storage)])
+    await checkpoint.save()  # no exception: the next save tries again
+    storage.log.close()

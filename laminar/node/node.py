@@ -404,8 +404,7 @@ class Node:
         await _bounded("gossip", self.swim.stop())
         await _bounded("peers", self.peers.stop())
         if self.metadata is not None:  # (started: its replicas are open)
-            await self.tail_checkpoint.capture_all(self._tail_sources())
-            await self.tail_checkpoint.save()
+            await _bounded("tail checkpoint", self._save_tails())
         await self.runtime.stop()  # (unbounded: it makes every log durable)
         self.states.close()
         self._unlock_data_dir()
@@ -713,6 +712,11 @@ class Node:
         if replicas is None:
             replicas = self.runtime.replicas.values()
         return [(r.directory.name, r.storage) for r in replicas if not r.closed]
+
+    async def _save_tails(self) -> None:
+        """Every log's tail as the node stops (``tail_checkpoint``)."""
+        await self.tail_checkpoint.capture_all(self._tail_sources())
+        await self.tail_checkpoint.save()
 
     def _moved_tail_sources(self) -> list[tuple[str, TailSource]]:
         """The logs a flush pass synced since the last call: only their tails moved."""

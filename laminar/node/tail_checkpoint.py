@@ -164,9 +164,13 @@ class TailCheckpoint:
 
     async def save(self) -> None:
         """Replace the file with the states captured so far, written off the event loop (one
-        writer at a time: a cancelled save's thread may still be writing)."""
+        writer at a time: a cancelled save's thread may still be writing). A failed write
+        (a full disk) leaves the last file, whose states a restart checks like any other."""
         data = b"".join(self._lines.values())
-        await asyncio.to_thread(self._write, data)
+        try:
+            await asyncio.to_thread(self._write, data)
+        except OSError as exc:
+            log.warning("tail checkpoint not saved", file=str(self.path), error=str(exc))
 
     def _write(self, data: bytes) -> None:
         with self._writing:
