@@ -80,8 +80,8 @@ class Tail:
     (``PartitionLog.read_tail``). Opening a replica needs nothing else from its log: the
     producer table learns from headers, the seal and the Raft core's configuration are control
     batches. Reading every byte of the tail instead (as one pread, checked) made a restart at
-    10,000 partitions and 10 GiB read all 10 GiB. Valid only while the log is unchanged (its
-    owner drops it at the first append)."""
+    10,000 partitions and 10 GiB read all 10 GiB. Valid only while the log is unchanged (it
+    serves the opening of a replica, ``LogStorage``)."""
 
     start: int
     """Offset of the first batch held (the log's end when none is)."""
