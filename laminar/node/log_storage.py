@@ -116,7 +116,7 @@ class LogStorage:
         """What a restart in this boot may skip reading (``tail_checkpoint``), with the log's
         buffered index entries written first; None for an empty, closed or failed log."""
         log = self.log
-        end, start = log.end_offset, log.start_offset
+        (end, term), start = self.tail_mark(), log.start_offset
         if end <= start or log.closed or log.sync_failed:
             return None
         try:
@@ -128,7 +128,7 @@ class LogStorage:
             del configs[: bisect_left(configs, start)]
         return TailState(
             end,
-            log.term_at(end - 1),
+            term,
             max(self._configs_from, start),
             tuple(configs),
             self.seal_offset,

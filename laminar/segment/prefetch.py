@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from laminar.segment.batch import HEADER_SIZE
+from laminar.segment.fileio import read_or_empty
 from laminar.segment.index import OFFSET_ENTRY
 
 THREADS = 8
@@ -47,8 +48,7 @@ def warm_log(directory: str) -> None:
 
 def _read(path: str) -> bytes:
     try:
-        with open(path, "rb") as file:
-            return file.read()
+        return read_or_empty(path)
     except OSError:
         return b""
 

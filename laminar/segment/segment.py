@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import struct
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Container, Iterator
@@ -27,7 +26,13 @@ import structlog
 from laminar.errors import CorruptBatchError, CorruptLogError
 from laminar.segment.batch import HEADER_SIZE, MAGIC, BatchHeader, check_batch, read_header
 from laminar.segment.descriptors import DescriptorCache
-from laminar.segment.fileio import FileHandle, open_append, pread_exact, write_whole
+from laminar.segment.fileio import (
+    FileHandle,
+    open_append,
+    pread_exact,
+    read_or_empty,
+    write_whole,
+)
 from laminar.segment.index import NO_TIMESTAMP, OFFSET_ENTRY, OffsetIndex, TimeIndex
 
 log = structlog.get_logger(__name__)
@@ -169,7 +174,7 @@ class Segment:
         size = seg.data.size()
         if size == 0:
             raise CorruptLogError(f"{seg.log_path}: sealed segment is empty")
-        idx, whole = OffsetIndex.parse(base, _read_or_empty(seg.index_path), size)
+        idx, whole = OffsetIndex.parse(base, read_or_empty(seg.index_path), size)
         if whole and idx.offsets[-1] < next_base and seg._check_tail(idx, next_base, size):
             seg.idx = idx
             seg.size, seg.end, seg.last_term = size, next_base, idx.terms[-1]
@@ -206,7 +211,7 @@ class Segment:
 
     def _check_time_index(self) -> None:
         """A sealed time index must end with the segment's max timestamp; rewrite it if not."""
-        data = _read_or_empty(self.time_path)
+        data = read_or_empty(self.time_path)
         entry = TimeIndex.parse(self.base, data[-16:], self.size) if data else None
         if (
             entry is not None
@@ -664,28 +669,5 @@ class Segment:
 
 
 def _read_listed(path: str, listed: Container[str] | None) -> bytes:
-    """``_read_or_empty``, or b"" without a system call if ``listed`` lacks the file."""
-    return _read_or_empty(path) if listed is None or path in listed else b""
-
-
-def _read_or_empty(path: str) -> bytes:
-    """A small file's bytes (b"" if absent), read with plain system calls: io.open's buffered
-    reader costs more than the read itself, twice per replica on a restart."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return b""
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):  # (as io.open refuses one)
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-        size = info.st_size
-        data = os.read(fd, size) if size else b""
-        while len(data) < size:  # (a short read: unusual for a regular file)
-            more = os.read(fd, size - len(data))
-            if not more:
-                break
-            data += more
-    finally:
-        os.close(fd)
-    return data
+    """``read_or_empty``, or b"" without a system call if ``listed`` lacks the file."""
+    return read_or_empty(path) if listed is None or path in listed else b""
