@@ -8,7 +8,8 @@ back-to-back in one run:
   partition it leads (as the ``Producer`` sends them), a few requests in flight per node.
   Records/s, request p50/p99, node CPU-µs per record.
 * **paced**: the same topic at a fixed offered rate (default 100,000 records/s): a request per
-  leader node every ``--tick-ms``; p50/p99 of the acknowledgements.
+  leader node every ``--tick-ms``; p50/p99 of the acknowledgements. A rate the nodes cannot
+  keep stops once 2 s of requests wait for answers and is reported ``saturated``.
 
 The client is lean (pre-built batches) so the figures measure the nodes' data path, not
 Python record encoding. In the same run it measures the raw disk: ``N`` files with a small
@@ -44,6 +45,8 @@ from laminar.protocol import read_error
 from laminar.segment.batch import build_batch
 
 RECORD = b"x" * 100
+BACKLOG_S = 2.0
+"""Paced phase: requests waiting for answers, in seconds of the offered rate, before it stops."""
 
 
 def fsync_passes(directory: Path, files: int, workers: int, rounds: int) -> dict[str, Any]:
@@ -240,16 +243,22 @@ async def saturated(work: Workload, partitions: int, seconds: float, in_flight: 
 
 
 async def paced(work: Workload, partitions: int, seconds: float, rate: int, tick: float):
-    """A request per leader node every ``tick`` s carrying ``rate`` records/s in all."""
+    """A request per leader node every ``tick`` s carrying ``rate`` records/s in all. Once
+    more than ``BACKLOG_S`` of requests wait for answers the nodes cannot keep this rate:
+    the phase stops there and says ``saturated`` (a growing backlog only measures itself)."""
     records_per_batch = max(1, round(rate * tick / partitions))
     batch = _batch(records_per_batch)
     latencies: list[float] = []
     acked = 0
+    failed = 0
     pending: set[asyncio.Task[tuple[float, int]]] = set()
 
     def done(task: asyncio.Task[tuple[float, int]]) -> None:
-        nonlocal acked
+        nonlocal acked, failed
         pending.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            failed += 1
+            return
         latency, count = task.result()
         if count:
             latencies.append(latency)
@@ -257,7 +266,12 @@ async def paced(work: Workload, partitions: int, seconds: float, rate: int, tick
 
     started = time.perf_counter()
     next_at = started
+    saturated = False
+    most_pending = BACKLOG_S / tick * len(work.addresses)
     while next_at - started < seconds:
+        if len(pending) > most_pending:
+            saturated = True
+            break
         for node, led in work.leaders.items():
             if led:
                 task = asyncio.ensure_future(work.request(node, batch, records_per_batch))
@@ -265,10 +279,16 @@ async def paced(work: Workload, partitions: int, seconds: float, rate: int, tick
                 task.add_done_callback(done)
         next_at += tick
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+    offered_for = time.perf_counter() - started
     if pending:
         await asyncio.wait(pending, timeout=30)
     result = _summary(latencies, acked, time.perf_counter() - started)
     result["offered_records_per_s"] = round(records_per_batch * partitions / tick)
+    if saturated:
+        result["saturated"] = True
+        result["offered_for_s"] = round(offered_for, 2)
+    if failed:
+        result["failed_requests"] = failed
     return result, acked
 
 

@@ -329,6 +329,15 @@ def node_start(
             min=1,
         ),
     ] = 256,
+    max_produce_batches_in_flight: Annotated[
+        int,
+        typer.Option(
+            help="Record batches all produce requests together may have written and not yet "
+            "committed; a request that does not fit waits for room, so a flood of writes "
+            "costs latency, not leaderships.",
+            min=1,
+        ),
+    ] = 512,
     max_open_log_files: Annotated[
         int,
         typer.Option(
@@ -458,6 +467,7 @@ def node_start(
             metadata_checkpoint_commands=metadata_checkpoint_commands,
             metadata_checkpoint_bytes=parse_size(metadata_checkpoint_bytes),
             max_requests_per_connection=max_requests_per_connection,
+            max_produce_batches_in_flight=max_produce_batches_in_flight,
             max_open_log_files=max_open_log_files,
             retention_check_ms=max(1, int(retention_check_interval * 1000)),
             rack=rack,

@@ -155,6 +155,7 @@ async def test_metrics_and_health_of_a_cluster(tmp_path: Path) -> None:
         assert value(lead, "laminar_swim_members", state="alive") == 3
         assert value(lead, "laminar_connections", port="peer") == 2
         assert value(lead, "laminar_event_loop_lag_seconds_count") > 0
+        assert lead[("laminar_produce_batches_in_flight", ())] == 0  # every write settled
         _, text = await http_get(http[leader], "/metrics")
         families = list(text_string_to_metric_families(text))
         known = {f.name for f in families} | {s.name for f in families for s in f.samples}

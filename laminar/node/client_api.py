@@ -237,35 +237,38 @@ class ClientServer:
             raise InvalidRequestError(f"acks must be -1, 0 or 1, not {acks}")
         io = self.io
         refs = list(body.batches)
+        timeout_ms = body.timeoutMs or 30_000
         results = response.body.init("produce").init("results", len(refs))
         waits: list[tuple[int, Waiter]] = []
         touched: set[Replica] = set()
-        for position, (slot, ref) in enumerate(zip(results, refs, strict=True)):
-            slot.topic = ref.topic
-            slot.partition = ref.partition
-            try:
-                if is_internal(ref.topic):
-                    raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
-                replica = io.leader_replica(ref.topic, ref.partition)
-                self.node.disk.refuse_when_full(ref.payloadLength)
-                end = ref.payloadOffset + ref.payloadLength
-                if end > len(payload):
-                    raise InvalidRequestError("batch reference runs past the frame payload")
-                data = payload[ref.payloadOffset : end]
-                base, last = io.append(replica, data, io.verify(data))
-                slot.baseOffset = base
-                slot.lastOffset = last
-                touched.add(replica)
-                if acks == ACKS_ALL:
+        async with io.admitted(len(refs), timeout_ms) as proposed:
+            for position, (slot, ref) in enumerate(zip(results, refs, strict=True)):
+                slot.topic = ref.topic
+                slot.partition = ref.partition
+                try:
+                    if is_internal(ref.topic):
+                        raise InvalidRequestError(f"{ref.topic} is written by the cluster only")
+                    replica = io.leader_replica(ref.topic, ref.partition)
+                    self.node.disk.refuse_when_full(ref.payloadLength)
+                    end = ref.payloadOffset + ref.payloadLength
+                    if end > len(payload):
+                        raise InvalidRequestError("batch reference runs past the frame payload")
+                    data = payload[ref.payloadOffset : end]
+                    base, last = io.append(replica, data, io.verify(data))
+                    slot.baseOffset = base
+                    slot.lastOffset = last
+                    touched.add(replica)
                     waiter = io.commit_waiter(replica, last)
                     if waiter is not None:
-                        waits.append((position, waiter))
-            except LaminarError as exc:
-                fill_error(slot.error, exc)
-                slot.baseOffset = slot.lastOffset = -1
-        io.appended(touched, acks)
+                        proposed.append(waiter)
+                        if acks == ACKS_ALL:
+                            waits.append((position, waiter))
+                except LaminarError as exc:
+                    fill_error(slot.error, exc)
+                    slot.baseOffset = slot.lastOffset = -1
+            io.appended(touched, acks)
         if waits:
-            outcomes = await io.await_commits([w for _, w in waits], body.timeoutMs or 30_000)
+            outcomes = await io.await_commits([w for _, w in waits], timeout_ms)
             for (position, _), error in zip(waits, outcomes, strict=True):
                 if error is not None:
                     fill_error(results[position].error, error)

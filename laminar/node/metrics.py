@@ -32,6 +32,7 @@ from laminar.stats import Buckets
 if TYPE_CHECKING:
     from laminar.groups.service import GroupService
     from laminar.membership.driver import SwimDriver
+    from laminar.node.admission import ProduceAdmission
     from laminar.node.metadata import MetadataState
     from laminar.node.replica import Replica
     from laminar.node.runtime import MultiRaft
@@ -120,6 +121,8 @@ class Sources:
     """This node's metadata log row (``status.metadata_log``): start, end, checkpoint."""
     descriptors: DescriptorCache | None = None
     """The node's budget of open log files (``segment/descriptors.py``)."""
+    admission: ProduceAdmission | None = None
+    """The node's bound on produce batches in flight (``admission.py``)."""
 
 
 class NodeCollector(Collector):
@@ -473,6 +476,19 @@ class NodeCollector(Collector):
             "The latest event-loop lag sample.",
             value=s.loop_lag.last,
         )
+        if s.admission is not None:
+            yield GaugeMetricFamily(
+                "laminar_produce_batches_in_flight",
+                "Record batches produce requests have proposed on this node and not yet "
+                "settled (at most --max-produce-batches-in-flight).",
+                value=s.admission.in_flight,
+            )
+            yield CounterMetricFamily(
+                "laminar_produce_admission_waits",
+                "Produce requests that waited for room under --max-produce-batches-in-flight "
+                "(the node was taking writes as fast as it commits them).",
+                value=s.admission.waited,
+            )
 
 
 def _histogram(name: str, documentation: str, buckets: Buckets) -> HistogramMetricFamily:

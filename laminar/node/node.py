@@ -30,6 +30,7 @@ from laminar.kafka.server import KafkaServer
 from laminar.membership.driver import TICK_SECONDS, SwimDriver
 from laminar.membership.swim import SwimConfig
 from laminar.node import boot
+from laminar.node.admission import ProduceAdmission
 from laminar.node.amnesia import Amnesia
 from laminar.node.calls import PeerCalls
 from laminar.node.client_api import ClientServer
@@ -208,6 +209,7 @@ class Node:
             self.node_id, service.propose, self._topic_id_of, config.tick_ms / 1000
         )
         self.request_stats = RequestStats()
+        self.produce_admission = ProduceAdmission(config.max_produce_batches_in_flight)
         self.client_server = ClientServer(self)
         self.splits = SplitService(
             self.node_id, self.state, self.client_server.io, self.replica_for,

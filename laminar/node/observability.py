@@ -39,6 +39,7 @@ class Observability:
             per_partition=node.config.metrics_per_partition,
             metadata_log=lambda: metadata_log(node),
             descriptors=node.descriptors,
+            admission=node.produce_admission,
         )
         self.registry = registry_for(sources)
         self.server = HealthServer(node.config.metrics_listen, self.registry, self.not_ready)

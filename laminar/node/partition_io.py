@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -133,6 +133,19 @@ class PartitionIO:
                     f"{name}/{partition} is sealed; its range moved to partitions {listed}"
                 )
         return PartitionSealedError(f"{name}/{partition} is sealed")
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, batches: int, timeout_ms: int) -> AsyncIterator[list[Waiter]]:
+        """Wait for room to propose ``batches`` (``admission.py``); the caller adds the commit
+        waiter of every batch it proposed to the list yielded, and the room comes back once
+        they all settle (or after ``timeout_ms``), whatever the acks."""
+        admission = self.node.produce_admission
+        await admission.acquire(batches)
+        waiters: list[Waiter] = []
+        try:
+            yield waiters
+        finally:
+            admission.release_when_settled(batches, [w.future for w in waiters], timeout_ms / 1000)
 
     def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
         """A waiter released once ``last`` is committed (None: it already is)."""

@@ -79,48 +79,52 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
     responses = []
     waits: list[tuple[dict[str, Any], Waiter]] = []
     touched: set[Replica] = set()
-    for topic in request["topic_data"]:
-        name = topic["name"]
-        out_partitions = []
-        for part in topic["partition_data"]:
-            result: dict[str, Any] = {"index": part["index"], "error_code": 0}
-            out_partitions.append(result)
-            try:
-                if acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
-                    raise KafkaError(errors.INVALID_REQUIRED_ACKS, f"acks={acks}")
-                if broker.is_internal(name):
-                    raise KafkaError(errors.INVALID_TOPIC_EXCEPTION, f"{name} is internal")
-                ctx.authorize(PRODUCE, name)
-                replica = io.leader_replica(name, part["index"])
-                data = part["records"]
-                if data is None or not len(data):
-                    raise KafkaError(errors.CORRUPT_MESSAGE, "no record batch")
-                broker.refuse_when_full(len(data))
-                base = last = -1
-                for kbatch in records.iter_kafka_batches(data):
-                    batch = records.to_laminar(kbatch)
-                    header = io.verify(batch)
-                    # io.append applies the idempotent sequence rule (laminar.node.sequences)
-                    first, end = io.append(replica, batch, header)
-                    base = first if base < 0 else base
-                    last = end
-                touched.add(replica)
-                result["base_offset"] = base
-                result["log_start_offset"] = replica.log.start_offset
-                if acks == ACKS_ALL:
+    timeout_ms = request["timeout_ms"] or 30_000
+    batches = sum(len(topic["partition_data"]) for topic in request["topic_data"])
+    async with io.admitted(batches, timeout_ms) as proposed:
+        for topic in request["topic_data"]:
+            name = topic["name"]
+            out_partitions = []
+            for part in topic["partition_data"]:
+                result: dict[str, Any] = {"index": part["index"], "error_code": 0}
+                out_partitions.append(result)
+                try:
+                    if acks not in (ACKS_ALL, ACKS_LEADER, ACKS_NONE):
+                        raise KafkaError(errors.INVALID_REQUIRED_ACKS, f"acks={acks}")
+                    if broker.is_internal(name):
+                        raise KafkaError(errors.INVALID_TOPIC_EXCEPTION, f"{name} is internal")
+                    ctx.authorize(PRODUCE, name)
+                    replica = io.leader_replica(name, part["index"])
+                    data = part["records"]
+                    if data is None or not len(data):
+                        raise KafkaError(errors.CORRUPT_MESSAGE, "no record batch")
+                    broker.refuse_when_full(len(data))
+                    base = last = -1
+                    for kbatch in records.iter_kafka_batches(data):
+                        batch = records.to_laminar(kbatch)
+                        header = io.verify(batch)
+                        # io.append applies the idempotent sequence rule (laminar.node.sequences)
+                        first, end = io.append(replica, batch, header)
+                        base = first if base < 0 else base
+                        last = end
+                    touched.add(replica)
+                    result["base_offset"] = base
+                    result["log_start_offset"] = replica.log.start_offset
                     waiter = io.commit_waiter(replica, last)
                     if waiter is not None:
-                        waits.append((result, waiter))
-            except LaminarError as exc:
-                result["error_code"] = errors.code_of(exc)
-                result["error_message"] = str(exc)
-                result["base_offset"] = -1
-        responses.append({"name": name, "partition_responses": out_partitions})
-    io.appended(touched, acks)
+                        proposed.append(waiter)
+                        if acks == ACKS_ALL:
+                            waits.append((result, waiter))
+                except LaminarError as exc:
+                    result["error_code"] = errors.code_of(exc)
+                    result["error_message"] = str(exc)
+                    result["base_offset"] = -1
+            responses.append({"name": name, "partition_responses": out_partitions})
+        io.appended(touched, acks)
     if acks == ACKS_NONE:
         return None
     if waits:
-        outcomes = await io.await_commits([w for _, w in waits], request["timeout_ms"] or 30_000)
+        outcomes = await io.await_commits([w for _, w in waits], timeout_ms)
         for (result, _), error in zip(waits, outcomes, strict=True):
             if error is not None:
                 result["error_code"] = errors.code_of(error)
