@@ -88,6 +88,18 @@ async def test_room_held_for_writes_nobody_waits_for_comes_back_after_the_timeou
     assert admission.in_flight == 1
 
 
+async def test_a_request_context_takes_room_and_holds_it_until_its_writes_settle() -> None:
+    admission = ProduceAdmission(4)
+    commit = asyncio.get_running_loop().create_future()
+    async with admission.admit(3, timeout_s=None) as proposed:
+        assert admission.in_flight == 3
+        proposed.append(commit)
+    assert admission.in_flight == 3  # acks=all: the request still awaits its commit
+    commit.set_result(None)
+    await asyncio.sleep(0)
+    assert admission.in_flight == 0
+
+
 def _elections(metrics_address: str) -> float:
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
     found = re.findall(rb"^laminar_raft_elections(?:_total)?\{[^}]*\} ([0-9.e+]+)$", text, re.M)

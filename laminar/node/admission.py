@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
 from typing import Any
 
 
@@ -60,12 +59,18 @@ class ProduceAdmission:
             self.in_flight += wanted
             future.set_result(None)
 
+    def admit(self, batches: int, timeout_s: float | None) -> Admitted:
+        """``async with admission.admit(n, timeout_s) as proposed:`` waits for room for ``n``
+        batches; the caller appends the commit future of every batch it proposed to
+        ``proposed``, and the room comes back once they all settle (see ``Admitted``)."""
+        return Admitted(self, batches, timeout_s)
+
     def release_when_settled(
-        self, batches: int, futures: Iterable[asyncio.Future[Any]], timeout_s: float
+        self, batches: int, futures: list[asyncio.Future[Any]], timeout_s: float | None
     ) -> None:
         """Give ``batches`` back once every future is done (committed, failed or cancelled),
-        or after ``timeout_s`` whatever happened (a write nobody waits for, acks 0 or 1,
-        must not hold its room forever)."""
+        or after ``timeout_s`` whatever happened: a write nobody waits for (acks 0 or 1)
+        must not hold its room forever. None: the caller awaits them all with a deadline."""
         pending = [future for future in futures if not future.done()]
         if not pending:
             self.release(batches)
@@ -76,24 +81,45 @@ class ProduceAdmission:
         return self.in_flight + batches <= self.limit or self.in_flight == 0
 
 
-class _Hold:
-    """Room held by one request until its commit waiters settle."""
+class Admitted:
+    """The async context of one produce request's admission (a class, not a generator: it
+    is on the path of every produce request)."""
 
-    __slots__ = ("_admission", "_batches", "_pending", "_timer")
+    __slots__ = ("_admission", "_batches", "_timeout_s", "proposed")
+
+    def __init__(self, admission: ProduceAdmission, batches: int, timeout_s: float | None):
+        self._admission = admission
+        self._batches = batches
+        self._timeout_s = timeout_s
+        self.proposed: list[asyncio.Future[Any]] = []
+
+    async def __aenter__(self) -> list[asyncio.Future[Any]]:
+        await self._admission.acquire(self._batches)
+        return self.proposed
+
+    async def __aexit__(self, *_exc: object) -> None:
+        self._admission.release_when_settled(self._batches, self.proposed, self._timeout_s)
+
+
+class _Hold:
+    """Room held by one request until its commit futures settle."""
+
+    __slots__ = ("_admission", "_batches", "_pending", "_released", "_timer")
 
     def __init__(
         self,
         admission: ProduceAdmission,
         batches: int,
         pending: list[asyncio.Future[Any]],
-        timeout_s: float,
+        timeout_s: float | None,
     ) -> None:
         self._admission = admission
         self._batches = batches
         self._pending = len(pending)
-        self._timer: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(
-            timeout_s, self._release
-        )
+        self._released = False
+        self._timer: asyncio.TimerHandle | None = None
+        if timeout_s is not None:
+            self._timer = asyncio.get_running_loop().call_later(timeout_s, self._release)
         for future in pending:
             future.add_done_callback(self._settled)
 
@@ -105,8 +131,9 @@ class _Hold:
             self._release()
 
     def _release(self) -> None:
-        if self._timer is None:
+        if self._released:
             return  # (already released by the timeout)
-        self._timer.cancel()
-        self._timer = None
+        self._released = True
+        if self._timer is not None:
+            self._timer.cancel()
         self._admission.release(self._batches)

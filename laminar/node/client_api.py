@@ -241,7 +241,7 @@ class ClientServer:
         results = response.body.init("produce").init("results", len(refs))
         waits: list[tuple[int, Waiter]] = []
         touched: set[Replica] = set()
-        async with io.admitted(len(refs), timeout_ms) as proposed:
+        async with io.admitted(len(refs), acks, timeout_ms) as proposed:
             for position, (slot, ref) in enumerate(zip(results, refs, strict=True)):
                 slot.topic = ref.topic
                 slot.partition = ref.partition
@@ -260,7 +260,7 @@ class ClientServer:
                     touched.add(replica)
                     waiter = io.commit_waiter(replica, last)
                     if waiter is not None:
-                        proposed.append(waiter)
+                        proposed.append(waiter.future)
                         if acks == ACKS_ALL:
                             waits.append((position, waiter))
                 except LaminarError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -27,6 +27,7 @@ from laminar.errors import (
     UnknownTopicError,
 )
 from laminar.node import sequences
+from laminar.node.admission import Admitted
 from laminar.node.replica import Replica, Waiter
 from laminar.segment import batch as record_batch
 from laminar.segment.batch import BatchHeader
@@ -134,18 +135,14 @@ class PartitionIO:
                 )
         return PartitionSealedError(f"{name}/{partition} is sealed")
 
-    @contextlib.asynccontextmanager
-    async def admitted(self, batches: int, timeout_ms: int) -> AsyncIterator[list[Waiter]]:
-        """Wait for room to propose ``batches`` (``admission.py``); the caller adds the commit
-        waiter of every batch it proposed to the list yielded, and the room comes back once
-        they all settle (or after ``timeout_ms``), whatever the acks."""
-        admission = self.node.produce_admission
-        await admission.acquire(batches)
-        waiters: list[Waiter] = []
-        try:
-            yield waiters
-        finally:
-            admission.release_when_settled(batches, [w.future for w in waiters], timeout_ms / 1000)
+    def admitted(self, batches: int, acks: int, timeout_ms: int) -> Admitted:
+        """``async with io.admitted(n, acks, timeout_ms) as proposed:`` waits for room to
+        propose ``n`` batches (``admission.py``); the caller appends the commit waiter's future
+        of every batch it proposed. With acks=all the caller awaits them all (``await_commits``
+        settles each by its deadline); otherwise the room comes back after ``timeout_ms`` at
+        the latest."""
+        timeout_s = None if acks == ACKS_ALL else timeout_ms / 1000
+        return self.node.produce_admission.admit(batches, timeout_s)
 
     def commit_waiter(self, replica: Replica, last: int) -> Waiter | None:
         """A waiter released once ``last`` is committed (None: it already is)."""
@@ -168,9 +165,15 @@ class PartitionIO:
     @staticmethod
     async def await_commits(waiters: list[Waiter], timeout_ms: int) -> list[BaseException | None]:
         """Wait for every waiter; each one's outcome (None: committed)."""
-        with contextlib.suppress(TimeoutError):
+        try:
             async with asyncio.timeout(timeout_ms / 1000):
                 await settled(w.future for w in waiters)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:  # every waiter settles: its produce admission with it
+            for waiter in waiters:
+                waiter.future.cancel()
+            raise
         out: list[BaseException | None] = []
         for waiter in waiters:
             future = waiter.future

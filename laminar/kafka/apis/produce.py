@@ -81,7 +81,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
     touched: set[Replica] = set()
     timeout_ms = request["timeout_ms"] or 30_000
     batches = sum(len(topic["partition_data"]) for topic in request["topic_data"])
-    async with io.admitted(batches, timeout_ms) as proposed:
+    async with io.admitted(batches, acks, timeout_ms) as proposed:
         for topic in request["topic_data"]:
             name = topic["name"]
             out_partitions = []
@@ -112,7 +112,7 @@ async def handle(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]
                     result["log_start_offset"] = replica.log.start_offset
                     waiter = io.commit_waiter(replica, last)
                     if waiter is not None:
-                        proposed.append(waiter)
+                        proposed.append(waiter.future)
                         if acks == ACKS_ALL:
                             waits.append((result, waiter))
                 except LaminarError as exc:
