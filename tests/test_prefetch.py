@@ -38,8 +38,7 @@ def test_warming_reads_and_changes_nothing(tmp_path: Path) -> None:
     directories = [str(d) for d in (*logs, tmp_path / "empty", tmp_path / "only-index")]
     for directory in [*directories, str(tmp_path / "missing")]:
         warm_log(directory)
-    pool = warm([*directories, str(tmp_path / "missing")], threads=3)
-    pool.shutdown(wait=True)
+    warm([*directories, str(tmp_path / "missing")], threads=3).join()
     assert _files(tmp_path) == before
     assert not (tmp_path / "missing").exists()
     for i, directory in enumerate(logs):

@@ -343,7 +343,7 @@ class Node:
                 await asyncio.gather(*self._opening)
         finally:
             self._found_dirs = None
-            warming.shutdown(wait=False, cancel_futures=True)
+            warming.stop()
         opened = list(self.runtime.replicas.values())
         log.info(
             "replicas opened",

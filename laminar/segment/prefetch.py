@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 from laminar.segment.batch import HEADER_SIZE
 from laminar.segment.fileio import read_or_empty
@@ -53,10 +53,40 @@ def _read(path: str) -> bytes:
         return b""
 
 
-def warm(directories: Iterable[str], threads: int = THREADS) -> ThreadPoolExecutor:
+def warm(directories: Iterable[str], threads: int = THREADS) -> Warming:
     """Warm every log in ``directories`` from ``threads`` background threads; returns at once
-    with the pool (``shutdown(cancel_futures=True)`` once the opening no longer needs it)."""
-    pool = ThreadPoolExecutor(threads, thread_name_prefix="warm-logs")
-    for directory in directories:
-        pool.submit(warm_log, directory)
-    return pool
+    (``stop()`` it once the opening no longer needs it)."""
+    return Warming(directories, threads)
+
+
+class Warming:
+    """Threads taking the next directory from one shared iterator: a job per directory on a
+    pool cost the opening's thread some 40 us of GIL-contended submitting each, 0.4 s of a
+    10,000-replica restart."""
+
+    def __init__(self, directories: Iterable[str], threads: int) -> None:
+        self._next = iter(directories)
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._threads = [
+            threading.Thread(target=self._run, name=f"warm-logs-{i}", daemon=True)
+            for i in range(threads)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            with self._lock:
+                directory = next(self._next, None)
+            if directory is None:
+                return
+            warm_log(directory)
+
+    def stop(self) -> None:
+        """Stop after the directories being read now (returns at once)."""
+        self._stopped = True
+
+    def join(self) -> None:
+        for thread in self._threads:
+            thread.join()
