@@ -862,10 +862,6 @@ def render_status(status: ClusterStatus, topics: Sequence[TopicDescription] = ()
     return "\n".join(parts)
 
 
-def main() -> None:
-    app()
-
-
 from laminar import cli_cluster, cli_split  # noqa: E402, F401 - needs the helpers above
 from laminar.cli_acl import acl_app  # noqa: E402 - needs the helpers above
 from laminar.cli_group import consume_group, group_app  # noqa: E402 - needs the helpers above
