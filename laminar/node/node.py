@@ -336,7 +336,7 @@ class Node:
             self._found_dirs = set(os.listdir(self._partitions_dir))
         except FileNotFoundError:
             self._found_dirs = set()
-        warming = warm(f"{self._partitions_dir}/{name}/{LOG_DIR}" for name in self._found_dirs)
+        warming = warm([f"{self._partitions_dir}/{name}/{LOG_DIR}" for name in self._found_dirs])
         try:
             self.runtime.process_now(self.metadata)
             while self._opening:

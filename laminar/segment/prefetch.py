@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterable
 
 from laminar.segment.batch import HEADER_SIZE
 from laminar.segment.fileio import read_or_empty
@@ -53,7 +52,7 @@ def _read(path: str) -> bytes:
         return b""
 
 
-def warm(directories: Iterable[str], threads: int = THREADS) -> Warming:
+def warm(directories: list[str], threads: int = THREADS) -> Warming:
     """Warm every log in ``directories`` from ``threads`` background threads; returns at once
     (``stop()`` it once the opening no longer needs it)."""
     return Warming(directories, threads)
@@ -64,7 +63,7 @@ class Warming:
     pool cost the opening's thread some 40 us of GIL-contended submitting each, 0.4 s of a
     10,000-replica restart."""
 
-    def __init__(self, directories: Iterable[str], threads: int) -> None:
+    def __init__(self, directories: list[str], threads: int) -> None:
         self._next = iter(directories)
         self._lock = threading.Lock()
         self._stopped = False
