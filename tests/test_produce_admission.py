@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from laminar.client import Admin
+from laminar.client import Admin, Producer
 from laminar.client.connection import Connection
 from laminar.errors import NotLeaderError
 from laminar.node.admission import ProduceAdmission
@@ -100,10 +100,15 @@ async def test_a_request_context_takes_room_and_holds_it_until_its_writes_settle
     assert admission.in_flight == 0
 
 
-def _elections(metrics_address: str) -> float:
+def _metric(metrics_address: str, name: str) -> float:
+    """The sum of a metric's samples on one node (every label set)."""
     text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
-    found = re.findall(rb"^laminar_raft_elections(?:_total)?\{[^}]*\} ([0-9.e+]+)$", text, re.M)
-    return sum(float(value) for value in found)
+    pattern = rb"^" + re.escape(name.encode()) + rb"(?:\{[^}]*\})? ([0-9.e+]+)$"
+    return sum(float(value) for value in re.findall(pattern, text, re.M))
+
+
+def _elections(metrics_address: str) -> float:
+    return _metric(metrics_address, "laminar_raft_elections_total")
 
 
 @pytest.mark.timeout(180)
@@ -170,5 +175,20 @@ async def test_a_flood_of_writes_over_many_partitions_moves_no_leadership(tmp_pa
         async with Admin(cluster.bootstrap) as admin:
             now = (await admin.describe_topic("flood")).partitions
         assert {p.partition: p.leader for p in now} == {p.partition: p.leader for p in partitions}
+
+        for acks in ("leader", "none"):  # writes nobody awaits give their room back too
+            async with Producer(cluster.bootstrap, acks=acks) as producer:
+                await producer.send_many("flood", [b"x" * 100] * 3_000)
+                await producer.flush()
+        deadline = time.monotonic() + 30
+        while True:
+            held = {
+                n: _metric(node.metrics_address, "laminar_produce_batches_in_flight")
+                for n, node in cluster.nodes.items()
+            }
+            if not any(held.values()) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert not any(held.values()), held
     finally:
         cluster.stop()
