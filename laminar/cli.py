@@ -24,14 +24,7 @@ import typer
 import uvloop
 
 from laminar.cli_auth import Password, User, client_options, set_client_login
-from laminar.cli_common import (  # noqa: F401 - the command modules import them from here
-    DURATION_UNITS,
-    UserError,
-    fail,
-    parse_duration_ms,
-    parse_retention,
-    parse_size,
-)
+from laminar.cli_common import UserError, fail, parse_duration_ms
 from laminar.cli_health import leaderless, render_health, under_replicated
 from laminar.cli_node import node_start
 from laminar.cli_tls import (

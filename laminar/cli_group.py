@@ -17,14 +17,13 @@ import typer
 from laminar.cli import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
-    UserError,
-    fail,
     format_record,
     parse_start,
     render_table,
     run,
 )
 from laminar.cli_auth import client_options
+from laminar.cli_common import UserError, fail
 from laminar.client import Admin, Consumer, GroupDescription, GroupSummary, TopicPartition
 from laminar.client.offsets import list_offsets
 from laminar.protocol import LATEST

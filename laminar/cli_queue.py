@@ -16,15 +16,13 @@ import typer
 from laminar.cli import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
-    UserError,
-    fail,
     format_record,
-    parse_duration_ms,
     render_table,
     run,
     text_of,
 )
 from laminar.cli_auth import client_options
+from laminar.cli_common import UserError, fail, parse_duration_ms
 from laminar.client import Admin, QueueConfig, QueueDescription, ShareConsumer, ShareMessage
 from laminar.client.admin import UNCHANGED
 

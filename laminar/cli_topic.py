@@ -13,17 +13,14 @@ from laminar import cli_split
 from laminar.cli import (
     DEFAULT_BOOTSTRAP,
     Bootstrap,
-    fail,
     format_duration,
     format_retention,
     format_size,
-    parse_duration_ms,
-    parse_retention,
-    parse_size,
     render_table,
     run,
 )
 from laminar.cli_auth import client_options
+from laminar.cli_common import fail, parse_duration_ms, parse_retention, parse_size
 from laminar.client import Admin, TopicPartition
 from laminar.client.descriptions import TopicDescription
 from laminar.protocol import EARLIEST, LATEST

@@ -11,17 +11,14 @@ from pathlib import Path
 import pytest
 
 from laminar.cli import (
-    UserError,
     format_record,
     format_retention,
     format_size,
-    parse_duration_ms,
     parse_header,
-    parse_retention,
-    parse_size,
     parse_start,
     render_table,
 )
+from laminar.cli_common import UserError, parse_duration_ms, parse_retention, parse_size
 from laminar.client import ConsumerRecord
 
 LAMINAR = str(Path(sys.executable).with_name("laminar"))
