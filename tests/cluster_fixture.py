@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import re
+import time
+import urllib.request
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +30,15 @@ from laminar.client.localcluster import LocalCluster, LocalNode, free_port_pairs
 T = TypeVar("T")
 
 READY_TIMEOUT = 60.0
+
+
+def metric(metrics_address: str, name: str) -> float | None:
+    """The sum of a metric's samples on one node's /metrics (every label set); None if it
+    has none."""
+    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
+    pattern = rb"^" + re.escape(name.encode()) + rb"(?:\{[^}]*\})? ([0-9.e+]+)$"
+    found = re.findall(pattern, text, re.M)
+    return sum(float(value) for value in found) if found else None
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -84,6 +96,20 @@ class ClusterHandle:
     def stop(self, timeout: float = 10.0) -> dict[int, int | None]:
         """Stop every node (SIGTERM, SIGKILL after ``timeout``); returns exit codes."""
         return self.local.stop(timeout)
+
+    def produce_batches_held(self, timeout: float = 30.0) -> dict[int, float | None]:
+        """Each node's ``laminar_produce_batches_in_flight`` (started with ``metrics``) once
+        all are 0, or as they stand after ``timeout`` s: room a write kept is never given
+        back, and the node refuses every write once it has leaked all of it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            held = {
+                n: metric(node.metrics_address, "laminar_produce_batches_in_flight")
+                for n, node in self.nodes.items()
+            }
+            if all(value == 0 for value in held.values()) or time.monotonic() > deadline:
+                return held
+            time.sleep(0.2)
 
     def logs(self, lines: int = 15) -> str:
         """The tail of every node's log, for failure messages."""

@@ -13,7 +13,6 @@ import socket
 import struct
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -738,24 +737,9 @@ def test_acks_zero_and_one(cluster: ClusterHandle, acks: str) -> None:
     assert [m[3] for m in got] == [b"%d" % i for i in range(200)]
 
 
-def _produce_batches_in_flight(metrics_address: str) -> float:
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
-    for line in text.decode().splitlines():
-        if line.startswith("laminar_produce_batches_in_flight "):
-            return float(line.split()[1])
-    raise AssertionError("no laminar_produce_batches_in_flight metric")
-
-
 def test_every_kafka_write_gives_its_admission_back(cluster: ClusterHandle) -> None:
     """Last in this module: after every produce above (acks 0, 1 and all, idempotent,
     compressed, malformed and mutated requests), each node's produce admission is empty
     again. Room a Kafka write kept would make the node refuse all writes once 512 leaked."""
-    deadline = time.monotonic() + 30
-    while True:
-        held = {
-            n: _produce_batches_in_flight(node.metrics_address) for n, node in cluster.nodes.items()
-        }
-        if not any(held.values()) or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    assert not any(held.values()), held
+    held = cluster.produce_batches_held()
+    assert all(value == 0 for value in held.values()), held

@@ -4,9 +4,7 @@ yet committed, and what it is for: a flood of writes costs latency, not leadersh
 from __future__ import annotations
 
 import asyncio
-import re
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from laminar.errors import NotLeaderError
 from laminar.node.admission import ProduceAdmission
 from laminar.protocol import read_error
 from laminar.segment.batch import build_batch
-from tests.cluster_fixture import start_cluster
+from tests.cluster_fixture import metric, start_cluster
 
 
 async def test_requests_beyond_the_limit_wait_and_are_admitted_in_order() -> None:
@@ -100,15 +98,8 @@ async def test_a_request_context_takes_room_and_holds_it_until_its_writes_settle
     assert admission.in_flight == 0
 
 
-def _metric(metrics_address: str, name: str) -> float:
-    """The sum of a metric's samples on one node (every label set)."""
-    text = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
-    pattern = rb"^" + re.escape(name.encode()) + rb"(?:\{[^}]*\})? ([0-9.e+]+)$"
-    return sum(float(value) for value in re.findall(pattern, text, re.M))
-
-
 def _elections(metrics_address: str) -> float:
-    return _metric(metrics_address, "laminar_raft_elections_total")
+    return metric(metrics_address, "laminar_raft_elections_total") or 0.0
 
 
 @pytest.mark.timeout(180)
@@ -180,15 +171,7 @@ async def test_a_flood_of_writes_over_many_partitions_moves_no_leadership(tmp_pa
             async with Producer(cluster.bootstrap, acks=acks) as producer:
                 await producer.send_many("flood", [b"x" * 100] * 3_000)
                 await producer.flush()
-        deadline = time.monotonic() + 30
-        while True:
-            held = {
-                n: _metric(node.metrics_address, "laminar_produce_batches_in_flight")
-                for n, node in cluster.nodes.items()
-            }
-            if not any(held.values()) or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.2)
-        assert not any(held.values()), held
+        held = cluster.produce_batches_held()
+        assert all(value == 0 for value in held.values()), held
     finally:
         cluster.stop()
