@@ -104,7 +104,7 @@ def node_start(
             "costs latency, not leaderships.",
             min=1,
         ),
-    ] = 512,
+    ] = 2048,
     max_open_log_files: Annotated[
         int,
         typer.Option(

@@ -141,7 +141,8 @@ async def test_a_flood_of_writes_over_many_partitions_moves_no_leadership(tmp_pa
                     ref.topic, ref.partition = "flood", partition
                     ref.payloadOffset, ref.payloadLength = i * len(batch), len(batch)
 
-            reply, _ = await connections[node].request(fill, [batch] * len(led[node]))
+            payload = [batch] * len(led[node])  # the last waits for the whole backlog: no timeout
+            reply, _ = await connections[node].request(fill, payload, timeout=None)
             for result in reply.body.produce.results:
                 error = read_error(result.error)
                 key = "acked" if error is None else "other"

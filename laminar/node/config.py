@@ -61,7 +61,7 @@ class NodeConfig:
     """... or this many bytes of commands (``metadata_checkpoint.py``)."""
     max_requests_per_connection: int = 256
     """Client requests one connection may have in service; beyond, the node stops reading it."""
-    max_produce_batches_in_flight: int = 512
+    max_produce_batches_in_flight: int = 2048
     """Batches all produce requests together may have proposed and not yet committed; a
     request that does not fit waits (``admission.py``)."""
     rack: str = ""
