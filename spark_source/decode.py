@@ -8,8 +8,9 @@ strided numpy view of the fetched buffer, one element per record, so the run's o
 timestamps and values come from a few vectorised operations whatever its length.
 
 A batch that does not split into long runs (keys and values of many sizes, headers) is
-"scattered": a Python loop reads only each record's length varint, to find where the records
-start, and the batch waits with the following scattered batches of the fetch. numpy then reads
+"scattered": it waits with the following scattered batches of the fetch, whose records are then
+found by their length varints alone, one record of every batch per numpy step (or a Python loop
+per batch, for a few large ones). numpy then reads
 every field of all their records at once (a varint column at a time), checks that each record's
 fields fill exactly its length, and one Arrow ``take`` copies the keys, values and headers
 into the columns. Anything that does not add up sends those batches to the log's own record parser,
@@ -61,6 +62,12 @@ int64; anything larger is left to the parser (whose Python ints then decide)."""
 MIN_RUN = 16
 """Fewer records than this in a run (other than a batch's last) make the batch a scattered
 one: the run path costs about as much per run as the parser does per record."""
+
+RUNS_RETRIED_EVERY = 16
+"""While scattered batches wait, only every this many-th is tried for runs: a producer of
+scattered records makes every batch scattered, and looking for runs in each cost a third of
+the decode of a realistic mix (keys, headers, values of many sizes). Either path decodes any
+batch; this only chooses the likely faster one."""
 
 _TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 _U7 = np.uint64(0x7F)
@@ -411,45 +418,119 @@ class _Scattered:
     def __init__(self, view: memoryview) -> None:
         self.view = view
         self.batches: list[tuple[int, BatchHeader]] = []
-        self.starts = array("q")  # where each record (its length varint) starts
 
     def add(self, columns: _Columns, position: int, h: BatchHeader) -> None:
-        """Walk the batch's records by their lengths; a batch whose walk does not end exactly
-        at its end (or whose numbers are huge) goes to the parser, after those waiting."""
-        end = position + h.batch_length
-        mark = len(self.starts)
-        walked = -1
-        for walk in (_walk, _walk_long):
-            try:
-                walked = walk(self.view, position + HEADER_SIZE, h.record_count, self.starts)
-            except (IndexError, OverflowError, CorruptBatchError):  # lengths gone wild
-                walked = -1
-            if walked == end:
-                break
-            del self.starts[mark:]
-        if walked != end or abs(h.base_offset) >= _SAFE or abs(h.first_timestamp) >= _SAFE:
-            del self.starts[mark:]
+        """Queue the batch; one whose numbers are huge goes to the parser, after those
+        waiting."""
+        if abs(h.base_offset) >= _SAFE or abs(h.first_timestamp) >= _SAFE:
             self.flush(columns)
-            columns.add_parsed(bytes(self.view[position:end]), h)
+            columns.add_parsed(bytes(self.view[position : position + h.batch_length]), h)
         else:
             self.batches.append((position, h))
 
     def flush(self, columns: _Columns) -> None:
-        """Decode the waiting batches into ``columns``: vectorised, or (too few records, or
-        anything amiss) one by one by the parser, which names the first defect."""
+        """Decode the waiting batches into ``columns``, in order: each run of batches whose
+        walk by record lengths ends exactly at their ends together (vectorised, or by the
+        parser if too few records or anything amiss, which names the first defect); a batch
+        whose walk does not end there by the parser alone."""
         if not self.batches:
             return
         batches, self.batches = self.batches, []
-        starts, self.starts = self.starts, array("q")
-        decoded = None
-        if len(starts) >= MIN_SCATTERED:
-            kind = columns.headers.kind if columns.headers is not None else None
-            decoded = _decode_scattered(self.view, batches, starts, kind)
-        if decoded is not None:
-            columns.add_scattered(decoded)
+        group: list[tuple[int, BatchHeader]] = []
+        starts: list[np.ndarray] = []
+        for batch, walked in zip(batches, _walk_batches(self.view, batches), strict=True):
+            if walked is None:
+                self._decode(columns, group, starts)
+                group, starts = [], []
+                self._parse(columns, [batch])
+            else:
+                group.append(batch)
+                starts.append(walked)
+        self._decode(columns, group, starts)
+
+    def _decode(
+        self, columns: _Columns, batches: list[tuple[int, BatchHeader]], starts: list[np.ndarray]
+    ) -> None:
+        if not batches:
             return
+        at = np.concatenate(starts)
+        if len(at) >= MIN_SCATTERED:
+            kind = columns.headers.kind if columns.headers is not None else None
+            decoded = _decode_scattered(self.view, batches, at, kind)
+            if decoded is not None:
+                columns.add_scattered(decoded)
+                return
+        self._parse(columns, batches)
+
+    def _parse(self, columns: _Columns, batches: list[tuple[int, BatchHeader]]) -> None:
         for position, h in batches:
             columns.add_parsed(bytes(self.view[position : position + h.batch_length]), h)
+
+
+LOCKSTEP_WIDTH = 32
+"""Batches walked together step by step need, on average, this many records per step: a
+step costs a few numpy calls (some 15 us here), the Python walk about 0.55 us per record.
+Measured on 100,000 mixed records in 8 MiB of batches, per record: batches of 4 KiB 0.10
+against 0.44 us, of 16 KiB 0.16 against 0.59, of 200 KB (41 per fetch) 0.39 against 0.54."""
+
+
+def _walk_batches(
+    view: memoryview, batches: list[tuple[int, BatchHeader]]
+) -> list[np.ndarray | None]:
+    """Where each record of each batch starts (int64), found by stepping over the records by
+    their length varints; None for a batch whose walk does not end exactly at its end.
+    Nothing else is checked here: the numpy decode checks every record against its length
+    and its successor."""
+    counts = [h.record_count for _, h in batches]
+    firsts = [position + HEADER_SIZE for position, _ in batches]
+    ends = [position + h.batch_length for position, h in batches]
+    walked: list[np.ndarray | None] = [None] * len(batches)
+    if sum(counts) >= LOCKSTEP_WIDTH * max(counts):
+        together, reached = _walk_together(view, firsts, counts)
+        first = 0
+        for i, count in enumerate(counts):
+            if reached[i] == ends[i]:
+                walked[i] = together[first : first + count]
+            first += count
+    for i, (first, count, end) in enumerate(zip(firsts, counts, ends, strict=True)):
+        if walked[i] is not None:
+            continue
+        for walk in (_walk, _walk_long):  # a record of 8 KiB or more: the long walk
+            starts = array("q")
+            try:
+                if walk(view, first, count, starts) == end:
+                    walked[i] = np.frombuffer(starts, np.int64)
+                    break
+            except (IndexError, OverflowError, CorruptBatchError):  # lengths gone wild
+                pass
+    return walked
+
+
+def _walk_together(
+    view: memoryview, firsts: list[int], counts: list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_walk`` of many batches at once, one record of every batch per step (batches sorted
+    by record count, so the batches still walking are a prefix): every record's start, in
+    batch order, and where each batch's walk ended (not at its end for a batch holding a
+    length varint of 3 bytes or more, or lengths gone wild)."""
+    count = np.array(counts, np.int64)
+    order = np.argsort(-count, kind="stable")
+    left = count[order]
+    position = np.array(firsts, np.int64)[order]
+    slot = (np.cumsum(count) - count)[order]  # where each batch's first start goes
+    walking = np.searchsorted(-left, -np.arange(int(left[0])), side="left").tolist()
+    starts = np.empty(int(count.sum()), np.int64)
+    # the two bytes at every position as a little-endian word (a view, one byte apart)
+    words = np.ndarray((len(view) - 1,), "<u2", view, 0, (1,))
+    last = len(words) - 1
+    steps = _STEP_ARRAY
+    for step, width in enumerate(walking):
+        here = position[:width]
+        starts[slot[:width] + step] = here
+        here += steps[words[np.minimum(here, last)]]  # (a wild walk reads the last word)
+    reached = np.empty_like(position)
+    reached[order] = position
+    return starts, reached
 
 
 def _step_table() -> list[int]:
@@ -464,6 +545,10 @@ def _step_table() -> list[int]:
 
 
 _STEPS = _step_table()
+_STEP_ARRAY = np.where(np.array(_STEPS) < MIN_RECORD_SIZE, 1 << 40, _STEPS).astype(np.int64)
+"""``_STEPS`` for numpy, where a longer varint or a length too short for a record (negative
+ones included) steps far ahead: such a walk never ends at its batch's end, and every walk
+only moves forward (so no position needs clamping below)."""
 
 
 def _walk(buf: memoryview, p: int, count: int, starts: array[int]) -> int:
@@ -569,7 +654,7 @@ def _field(
 def _decode_scattered(
     view: memoryview,
     batches: list[tuple[int, BatchHeader]],
-    starts: array[int],
+    starts: np.ndarray,
     kind: pa.ListType | None,
 ) -> _Decoded | None:
     """Every record of ``batches`` decoded at once (headers as ``kind``; None: not wanted),
@@ -583,11 +668,11 @@ def _decode_scattered(
 def _decode_group(
     view: memoryview,
     batches: list[tuple[int, BatchHeader]],
-    starts: array[int],
+    starts: np.ndarray,
     kind: pa.ListType | None,
 ) -> _Decoded:
     data = np.frombuffer(view, np.uint8)
-    at = np.frombuffer(starts, np.int64)  # a view: nothing appends to ``starts`` any more
+    at = starts
     counts = [h.record_count for _, h in batches]
     ends = np.array([position + h.batch_length for position, h in batches], np.int64)
     batch_end = np.repeat(ends, counts)
@@ -861,6 +946,9 @@ def _add_batch(
 ) -> None:
     """One uncompressed batch's records: as runs if it splits into long ones, else scattered
     (decoded with the batches after it, ``waiting``)."""
+    if len(waiting.batches) % RUNS_RETRIED_EVERY:  # after scattered batches, most likely one too
+        waiting.add(columns, position, h)
+        return
     runs = _split_runs(view, position, h, known)
     if runs:
         waiting.flush(columns)

@@ -263,6 +263,57 @@ def test_damaged_mixed_batches_decode_or_fail_exactly_as_the_parser_does(
     assert spy.decoded.count(True) > 50 and spy.decoded.count(False) > 50
 
 
+def test_many_scattered_batches_are_walked_together_and_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fetch of many scattered batches finds their records' starts one record of every batch
+    # per numpy step; a batch holding a record of 8 KiB or more (a 3-byte length) is walked
+    # alone, and one whose lengths do not add up is left to the parser, which names it.
+    spy = Spy(monkeypatch)
+    together: list[int] = []
+    real_walk = decode_module._walk_together
+
+    def walk_spy(data: object, firsts: list[int], counts: list[int]) -> object:
+        together.append(len(firsts))
+        return real_walk(data, firsts, counts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decode_module, "_walk_together", walk_spy)
+    rng = random.Random(17)
+    batches = []
+    offset = 0
+    for i in range(48):
+        records = mixed_records(rng, rng.randrange(10, 40))
+        if i % 8:  # 9,000-byte values in every eighth batch only
+            records = [(k, v and v[:2048], h, t) for k, v, h, t in records]
+        batches.append(stamped(records, offset))
+        offset += len(records)
+    buf = b"".join(batches)
+    long_records = sum(  # batches with a record of 8 KiB or more (9,000-byte values)
+        any(varint.decode(batch, at, len(batch))[0] >= 8192 for at in record_starts(batch))
+        for batch in batches
+    )
+    assert decoded_rows(buf, 0, offset) == reference_rows(buf, 0, offset)
+    assert together == [48] and spy.decoded == [True]
+    assert long_records == 6
+
+    broken = bytearray(batches[20])
+    broken[record_starts(bytes(broken))[5]] += 2  # its length says one byte more
+    damaged = resealed(broken)
+    with pytest.raises(CorruptBatchError) as reference:
+        decode_records(damaged)
+    with pytest.raises(CorruptBatchError) as decoded:
+        decode_chunk(
+            b"".join(batches[:20]) + damaged + b"".join(batches[21:]),
+            "t",
+            0,
+            0,
+            offset,
+            WITH_HEADERS,
+        )
+    assert str(decoded.value) == str(reference.value)
+    assert spy.decoded[1:] == [True]  # the 20 batches before it, vectorised, then the error
+
+
 @pytest.mark.parametrize("name", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"ab\xf4\x90\x80\x80"])
 def test_a_header_key_that_is_not_utf8_gets_the_parsers_error(
     name: bytes, monkeypatch: pytest.MonkeyPatch
