@@ -88,6 +88,20 @@ async def test_linger_zero_sends_a_lone_record_without_flush(fake: FakeCluster) 
     assert fake.produce_requests == [(fake.topics["t"][2].leader, [("t", 2)])]
 
 
+async def test_a_request_takes_along_the_lingering_batches_of_its_node(fake: FakeCluster) -> None:
+    # As Kafka's sender: once a batch is due, the request to its leader also carries the
+    # batches of that leader's other partitions still lingering (each would otherwise need a
+    # request of its own as its linger ran out); another node's batch keeps lingering.
+    fake.create_topic("w", 3, leaders=[1, 1, 2])
+    async with Producer(fake.bootstrap, linger_ms=300) as producer:
+        futures = [await producer.send("w", b"a", partition=0)]
+        await asyncio.sleep(0.15)
+        futures.append(await producer.send("w", b"b", partition=1))
+        futures.append(await producer.send("w", b"c", partition=2))
+        await asyncio.wait_for(asyncio.gather(*futures), 5)
+    assert fake.produce_requests == [(1, [("w", 0), ("w", 1)]), (2, [("w", 2)])]
+
+
 async def test_batch_bytes_splits_batches(fake: FakeCluster) -> None:
     async with Producer(fake.bootstrap, linger_ms=50, batch_bytes=4096) as producer:
         futures = [await producer.send("t", bytes(1000), partition=0) for _ in range(20)]

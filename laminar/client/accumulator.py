@@ -306,9 +306,13 @@ class RecordAccumulator:
         self._open[tp] = batch
         return batch
 
-    def ready(self, now: float) -> tuple[list[ProducerBatch], float | None]:
+    def ready(
+        self, now: float, lingering: list[ProducerBatch] | None = None
+    ) -> tuple[list[ProducerBatch], float | None]:
         """Head batches to send now (at most one per partition: one request carries one batch
-        of a partition) and when to look again."""
+        of a partition) and when to look again. ``lingering`` receives the head batches that
+        could go but wait for their linger, of partitions with nothing in flight: a request
+        going to their leader anyway may take them along (Kafka's sender does the same)."""
         ready: list[ProducerBatch] = []
         wake_at: float | None = None
         in_flight = self._in_flight
@@ -322,8 +326,11 @@ class RecordAccumulator:
             due = self._due_at(head, full=len(queue) > 1)
             if due <= now:
                 ready.append(head)
-            elif wake_at is None or due < wake_at:
+                continue
+            if wake_at is None or due < wake_at:
                 wake_at = due
+            if lingering is not None and not flying and not (head.attempts or head.refused):
+                lingering.append(head)
         return ready, wake_at
 
     def _may_pipeline(
