@@ -668,11 +668,10 @@ def _decode_scattered(
 def _decode_group(
     view: memoryview,
     batches: list[tuple[int, BatchHeader]],
-    starts: np.ndarray,
+    at: np.ndarray,
     kind: pa.ListType | None,
 ) -> _Decoded:
     data = np.frombuffer(view, np.uint8)
-    at = starts
     counts = [h.record_count for _, h in batches]
     ends = np.array([position + h.batch_length for position, h in batches], np.int64)
     batch_end = np.repeat(ends, counts)
@@ -721,8 +720,8 @@ def _decode_group(
         raise _Amiss
     # The fields in buffer order are each record's key, value, then its headers' names and
     # values: the rank of each, where the record's fields begin plus its place among them.
-    record_rank = 2 * (np.arange(len(starts)) + first_header)
-    header_rank = 2 * (np.repeat(np.arange(len(starts)), header_count) + np.arange(total)) + 2
+    record_rank = 2 * (np.arange(len(at)) + first_header)
+    header_rank = 2 * (np.repeat(np.arange(len(at)), header_count) + np.arange(total)) + 2
     fields = [
         (record_rank, key_at, key_length),
         (record_rank + 1, value_at, value_length),
@@ -730,14 +729,14 @@ def _decode_group(
     ]
     if kind is not None:
         fields.append((header_rank + 1, header_at, header_length))
-    keys, values, names, *header_values = _gather(data, fields, 2 * (len(starts) + total))
+    keys, values, names, *header_values = _gather(data, fields, 2 * (len(at) + total))
     try:
         names = names.cast(pa.string())  # checks UTF-8, as the parser's decode() does
     except pa.ArrowInvalid:
         raise _Amiss from None
     headers = None
     if kind is not None:
-        header_offsets = np.zeros(len(starts) + 1, np.int32)
+        header_offsets = np.zeros(len(at) + 1, np.int32)
         np.cumsum(header_count, out=header_offsets[1:])
         pairs = pa.StructArray.from_arrays([names, header_values[0]], fields=list(kind.value_type))
         headers = pa.ListArray.from_arrays(pa.array(header_offsets), pairs, type=kind)

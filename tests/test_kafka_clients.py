@@ -740,6 +740,6 @@ def test_acks_zero_and_one(cluster: ClusterHandle, acks: str) -> None:
 def test_every_kafka_write_gives_its_admission_back(cluster: ClusterHandle) -> None:
     """Last in this module: after every produce above (acks 0, 1 and all, idempotent,
     compressed, malformed and mutated requests), each node's produce admission is empty
-    again. Room a Kafka write kept would make the node refuse all writes once 512 leaked."""
+    again. Room a Kafka write kept would make the node refuse all writes once it all leaked."""
     held = cluster.produce_batches_held()
     assert all(value == 0 for value in held.values()), held
