@@ -4,6 +4,8 @@ at ``sync``, replay restores the newest state of each replica, and a torn tail i
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,39 @@ def test_compaction_after_a_reopen_keeps_replayed_states_and_drops_forgotten_one
         assert again.load(dirs[n]) == (HardState(term=10 + n, vote=n, commit=-1), CONF)
     assert again.load(dirs[4]) == (None, None)  # forgotten (no state file either)
     again.close()
+
+
+def test_writes_do_not_wait_for_a_sync_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The flush thread's fdatasync of the journal must not hold up the event loop's writes
+    # and forgets (a big topic's new replicas each forget a stale state); the state written
+    # meanwhile is durable with the next sync.
+    journal = StateJournal(tmp_path / JOURNAL_FILE)
+    journal.open()
+    first, second = replica_dirs(tmp_path, 2)
+    journal.write(first, HardState(term=1, vote=2, commit=-1), CONF)
+    in_sync, release = threading.Event(), threading.Event()
+    real_fdatasync = os.fdatasync
+
+    def slow_fdatasync(fd: int) -> None:
+        in_sync.set()
+        assert release.wait(10)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    syncing = threading.Thread(target=journal.sync)
+    syncing.start()
+    assert in_sync.wait(10)
+    started = time.monotonic()
+    journal.write(second, HardState(term=7, vote=3, commit=-1), CONF)
+    journal.forget("gone")
+    assert time.monotonic() - started < 1
+    release.set()
+    syncing.join(10)
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+    journal.sync()
+    journal.close()
+    reopened = StateJournal(tmp_path / JOURNAL_FILE)
+    assert reopened.load(first)[0] == HardState(term=1, vote=2, commit=-1)
+    assert reopened.load(second)[0] == HardState(term=7, vote=3, commit=-1)

@@ -61,6 +61,10 @@ class StateJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._syncing = threading.Lock()
+        """Held by ``sync`` (outer to ``_lock``) across its fdatasync, which ``_lock`` is not: the
+        loop's ``write`` and ``forget`` (a big topic's new replicas) waited out the flush
+        thread's fdatasync of the journal, some 5 ms each time."""
         self._states: dict[str, dict[str, Any]] = {}
         self._encoded: dict[str, bytes] = {}
         """Each live state's record as written: a compaction joins them instead of encoding
@@ -112,7 +116,7 @@ class StateJournal:
             fsync_dir(self.path.parent)
 
     def close(self) -> None:
-        with self._lock:
+        with self._syncing, self._lock:
             if self._fd >= 0:
                 self._write_buffer()
                 os.close(self._fd)
@@ -160,14 +164,16 @@ class StateJournal:
 
     def sync(self) -> None:
         """Make everything written so far durable (one fdatasync), compacting when due."""
-        with self._lock:
-            if not self._buffer or self._fd < 0:
-                return
-            if self._records >= COMPACT_MIN_RECORDS and self._records > 2 * len(self._states):
-                self._compact()
-            else:
+        with self._syncing:
+            with self._lock:
+                if not self._buffer or self._fd < 0:
+                    return
+                if self._records >= COMPACT_MIN_RECORDS and self._records > 2 * len(self._states):
+                    self._compact()
+                    return
                 self._write_buffer()
-                os.fdatasync(self._fd)
+                fd = self._fd  # (replaced by a compaction or closed only under ``_syncing``)
+            os.fdatasync(fd)
 
     def _append(self, record: bytes) -> None:
         if self._fd < 0:
