@@ -18,6 +18,7 @@ from laminar.node.metadata import (
     place_replicas,
     validate_topic_name,
 )
+from laminar.node.metadata_checkpoint import encode, restore
 
 SETTINGS = {
     "partitions": 3,
@@ -70,6 +71,22 @@ def test_set_leaders_records_many_partitions_and_ignores_older_terms_and_gone_to
     )
     leaders = [(p.leader, p.leader_term) for p in state.topics["t"].partitions]
     assert leaders == [(1, 3), (1, 1), (2, 5)], "partition 2's newer record stands"
+
+
+def test_placement_looks_again_after_any_command_but_a_leadership_report() -> None:
+    # Thousands of leadership reports arrive while a big topic is created or a node fails;
+    # replica placement (a pass over every partition) need not look again after each.
+    state = MetadataState()
+    create(state, "t")
+    seen = state.placement_changes
+    state.apply({"op": "set_leader", "topic_id": 1, "partition": 0, "leader": 2, "term": 5})
+    state.apply({"op": "set_leaders", "leader": 1, "partitions": [[1, 1, 3]]})
+    assert state.placement_changes == seen
+    create(state, "u")
+    assert state.placement_changes == seen + 1
+    restored = MetadataState()
+    restore(restored, encode(state))
+    assert restored.placement_changes == 1 and restored == state
 
 
 def test_commands_round_trip_and_reject_garbage() -> None:

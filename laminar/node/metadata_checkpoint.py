@@ -145,6 +145,7 @@ def restore(state: MetadataState, data: bytes) -> None:
     state.outcomes = outcomes
     state.next_topic_id = next_topic_id
     state.auth = auth
+    state.placement_changes += 1
 
 
 def _assignment(

@@ -63,7 +63,8 @@ class Placement:
         self._out_of_voters: set[tuple[int, int, str, int]] = set()
         """(group, node, incident, leader term): a recovering replica seen out of the voters."""
         self._leader_changes = 0
-        self._seen: tuple[object, ...] = ()
+        self._leader_changes_seen = -1
+        self._placed: tuple[object, ...] = ()
         self._passed_at = float("-inf")
         self._moving = False
         """The last pass over every partition met a move under way (the next one runs too)."""
@@ -116,15 +117,20 @@ class Placement:
         assert node.metadata is not None
         live, gone = self.live(), self.gone()
         now = time.monotonic()
-        seen = (live, gone, node.metadata.applied_through, self._leader_changes)
-        full = seen != self._seen or self._moving or now - self._passed_at >= QUIET_PASS_S
+        # Moves are planned again when nodes or assignments changed (leadership reports change
+        # neither); the partitions this node leads are looked at again also when its
+        # leaderships did.
+        placed = (live, gone, node.state.placement_changes, node.metadata.is_leader)
+        plan = placed != self._placed or self._moving or now - self._passed_at >= QUIET_PASS_S
+        full = plan or self._leader_changes != self._leader_changes_seen
         if full:
-            self._seen, self._passed_at = seen, now
+            self._placed, self._passed_at = placed, now
+            self._leader_changes_seen = self._leader_changes
         if node.metadata.is_leader:
             self._admit_metadata_learners()
             self._forget_reaped()
             self._follow_cluster_with_voters(live, gone)
-            if full:
+            if plan:
                 for move in plan_moves(node.state, live, gone, node.config.max_concurrent_moves):
                     log.info("starting replica move", move=move)
                     self._propose(move.command("start_move"))
