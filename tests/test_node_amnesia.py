@@ -19,6 +19,7 @@ import pytest
 
 from laminar.client import Admin, Consumer, Producer, TopicPartition
 from laminar.errors import InvalidRequestError, LaminarError
+from laminar.node import amnesia as amnesia_module
 from laminar.node.amnesia import CREATED_FILE, MARKERS_DIR, Amnesia
 from laminar.node.config import NodeConfig
 from laminar.node.metadata import MetadataState, Recovery, Topic, group_id
@@ -326,6 +327,32 @@ def test_a_log_that_reopens_below_its_durable_watermark_lost_state(tmp_path: Pat
     assert 5 in restarted.gated and restarted.incident(5)
     again = Amnesia(tmp_path)  # the loss is durable: a restart does not forget it
     assert again.opening(5, "p", tmp_path / "p") and 5 in again.gated
+
+
+def test_watermarks_are_saved_when_they_moved_and_again_after_a_failed_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    amnesia = Amnesia(tmp_path)
+    (tmp_path / "p").mkdir()
+    amnesia.opening(5, "p", tmp_path / "p")
+    amnesia.note_durable(5, 120)
+    monkeypatch.setattr(amnesia_module, "write_atomic", full_disk)
+    with pytest.raises(OSError):
+        amnesia.save_watermarks()
+    monkeypatch.undo()
+    assert amnesia.save_watermarks(), "the failed save is tried again"
+    assert not amnesia.save_watermarks()
+    amnesia.note_durable(5, 120)
+    assert not amnesia.save_watermarks(), "nothing moved"
+    amnesia.note_durable(5, 130)
+    assert amnesia.save_watermarks()
+    restarted = Amnesia(tmp_path)
+    restarted.opening(5, "p", tmp_path / "p")
+    assert restarted.check_log(5, 125), "the log ends below the saved 130"
+
+
+def full_disk(path: Path, data: bytes) -> None:
+    raise OSError(28, "No space left on device")
 
 
 def test_metadata_records_losses_of_assigned_replicas_only() -> None:
