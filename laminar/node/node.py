@@ -730,7 +730,7 @@ class Node:
 
     def _leader_changed(self, replica: Replica) -> None:
         self.request_stats.leader_changed(replica.topic)
-        self.placement.leadership_changed()
+        self.placement.leadership_changed(replica)
         if replica.topic == INTERNAL_TOPIC:
             self.groups.leader_changed(replica)
         elif replica.group != METADATA_GROUP:
