@@ -62,12 +62,14 @@ async def settle() -> None:
 
 
 def persist(node: Node, group: int) -> None:
-    """What the group commit does after a Ready: make the replica's hard state durable."""
+    """What the group commit does after a Ready: make the replica's hard state durable, and
+    the markers of new replicas (``MultiRaft.before_release``)."""
     replica = node.runtime.replicas[group]
     state = replica.state_to_save()
     assert state is not None
     replica.write_state(state)
     replica.log.flush()
+    node.amnesia.sync_markers()
 
 
 async def test_a_replica_reopened_from_a_wiped_directory_does_not_vote_again(
@@ -115,6 +117,36 @@ async def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> No
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+async def test_a_new_replica_votes_only_once_a_flush_pass_made_its_marker_durable(
+    tmp_path: Path,
+) -> None:
+    # A big topic's new replicas get their markers synced by the group commit, which every
+    # vote and acknowledgement waits for, instead of an fsync on the event loop per slice.
+    node, topic = node_with_topic(tmp_path, 2, [1, 2, 3])
+    group = group_id(topic.topic_id, 0)
+    created = tmp_path / MARKERS_DIR / CREATED_FILE
+    marked_when_voting: list[bool] = []
+    send = node.peers.send_raft
+
+    def recording(peer: int, messages: list) -> None:
+        for _, message in messages:
+            if message.type is MessageType.VOTE_RESP and not message.reject:
+                marked_when_voting.append(created.exists() and name in created.read_text())
+        send(peer, messages)
+
+    node.peers.send_raft = recording  # type: ignore[method-assign]
+    node.runtime.start()
+    try:
+        node._open_partition(topic, 0, ORIGIN)
+        name = node.runtime.replicas[group].directory.name
+        assert not created.exists(), "the marker waits for the next flush pass"
+        node._raft_received(1, [(group, vote_request(1, 2, term=1))])
+        await wait_until(lambda: bool(marked_when_voting))
+        assert marked_when_voting == [True]
+    finally:
+        await node.runtime.stop()
 
 
 async def test_a_wiped_preferred_replica_does_not_campaign(tmp_path: Path) -> None:
@@ -181,6 +213,7 @@ async def test_a_readmitted_replica_votes_only_in_later_terms(tmp_path: Path) ->
     node, topic = node_with_topic(tmp_path, 2, [1, 2, 3])
     group = group_id(topic.topic_id, 0)
     node._open_partition(topic, 0, ORIGIN)
+    node.amnesia.sync_markers()  # (a flush pass ran: the replica may have taken part since)
     directory = node.runtime.replicas[group].directory
     node.runtime.remove(group)
     shutil.rmtree(directory)
@@ -568,6 +601,8 @@ def test_forgotten_markers_leave_created_log_and_it_is_compacted(tmp_path: Path)
     for name in names[:8]:
         amnesia.forget(name)
     created = tmp_path / MARKERS_DIR / CREATED_FILE
+    assert created.read_text().count("\n") == 10  # (a forgotten line waits for the next sync)
+    amnesia.sync_markers()
     assert created.read_text().count("\n") == 18  # (forgetting appends)
     restarted = Amnesia(tmp_path)
     for name in names[:8]:  # gone: a replica of that name would be new

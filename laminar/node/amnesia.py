@@ -86,9 +86,10 @@ class Amnesia:
         self._created: set[str] | None = None
         """Names in ``created.log`` (read at first use)."""
         self._unwritten: list[str] = []
-        """Lines owed to ``created.log``."""
-        self._unsynced = False
-        """``created.log`` has lines of new replicas not yet synced (``sync_markers`` owed)."""
+        """Lines owed to ``created.log`` (under ``_owed_lock``: the flush thread takes them)."""
+        self._owed_lock = threading.Lock()
+        self._syncing = threading.Lock()
+        """One ``sync_markers`` at a time: lines reach the file in the order they were owed."""
         self._entry_synced = False
         """The markers directory was synced since this process wrote ``created.log``."""
 
@@ -101,16 +102,34 @@ class Amnesia:
 
     def _create_plain(self, name: str) -> None:
         """A new replica's marker holds nothing but the default: a line of ``created.log``,
-        durable with the next ``sync_markers`` (one for a whole slice of new replicas)."""
+        durable with the next ``sync_markers`` (one for many new replicas)."""
         self._created_names().add(name)
-        self._unwritten.append(f"+{name}\n")
-        self._unsynced = True
+        with self._owed_lock:
+            self._unwritten.append(f"+{name}\n")
 
     def sync_markers(self) -> None:
-        """Make the markers created by ``opening(..., durable=False)`` durable."""
-        if self._unsynced:
-            self._write_created(sync=True)
-            self._unsynced = False
+        """Write the lines owed to ``created.log`` and make them durable: the markers created
+        by ``opening(..., durable=False)``, and forgotten ones. Thread-safe: a node's flush
+        passes call it (``MultiRaft.before_release``) before any message they held leaves, so
+        a new replica's marker is durable before it votes or acknowledges, and the event loop
+        no longer waits for an fsync per slice of a big topic's new replicas (about 4 s of
+        every node's loop while a 10,000-partition topic was created)."""
+        with self._syncing:
+            with self._owed_lock:
+                lines, self._unwritten = self._unwritten, []
+            if not lines:
+                return
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                data = "".join(lines).encode()
+                write_whole(self.directory / CREATED_FILE, data, append=True, sync=True)
+                if not self._entry_synced:  # (the file's own entry, once per process)
+                    fsync_dir(self.directory)
+                    self._entry_synced = True
+            except BaseException:
+                with self._owed_lock:  # tried again (a line twice says nothing new)
+                    self._unwritten[:0] = lines
+                raise
 
     def _created_names(self) -> set[str]:
         if self._created is None:
@@ -137,16 +156,6 @@ class Amnesia:
             text = "".join(f"+{name}\n" for name in sorted(names))
             write_atomic(path, text.encode("utf-8"))
         return names
-
-    def _write_created(self, sync: bool) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_whole(
-            self.directory / CREATED_FILE, "".join(self._unwritten).encode(), append=True, sync=sync
-        )
-        self._unwritten.clear()  # (only once written: a failed write is tried again)
-        if sync and not self._entry_synced:  # (the file's own entry, once per process)
-            fsync_dir(self.directory)
-            self._entry_synced = True
 
     def _read(self, name: str) -> Marker | None:
         # A marker file, if any, holds more than the default (older versions also wrote the
@@ -178,8 +187,8 @@ class Amnesia:
         ``exists``: whether ``directory`` exists, if the caller just looked.
 
         With ``durable=False`` a new replica's marker is durable only after ``sync_markers``,
-        which the caller owes before the replica takes part in its group (before the next
-        pass of the event loop): opening many replicas then costs one fsync, not two each.
+        which the caller owes before the replica takes part in its group (a node's flush
+        passes call it): opening many replicas then costs one fsync, not one each.
 
         While ``node_lost`` holds (this node's whole data directory was lost and its new
         incarnation is not registered yet), every replica it opens was assigned to it before
@@ -353,15 +362,16 @@ class Amnesia:
 
     def forget(self, name: str) -> None:
         """The replica's files are deleted for good (topic deleted, replica moved away).
-        Like the unlink of a marker file, its line is forgotten without a sync."""
+        Like the unlink of a marker file, its line is forgotten without a sync of its own (the
+        next ``sync_markers`` writes it)."""
         self._path(name).unlink(missing_ok=True)
         self._watermarks.pop(name, None)
         self._watermarks_moved = True
         created = self._created_names()
         if name in created:
             created.discard(name)
-            self._unwritten.append(f"-{name}\n")
-            self._write_created(sync=False)
+            with self._owed_lock:
+                self._unwritten.append(f"-{name}\n")
 
     # message filters ---------------------------------------------------------------------
     def may_campaign(self, group: int) -> bool:

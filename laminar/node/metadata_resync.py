@@ -115,8 +115,8 @@ def _report_if_target(node: Node, topic: Topic, partition: int, origin: int, at:
 
 
 def _open(node: Node, replicas: list[tuple[Topic, int, int]], at: int) -> None:
-    """Open ``replicas``; their new markers are made durable together at the end (one
-    fdatasync, not one per replica: a resync can find thousands assigned meanwhile)."""
+    """Open ``replicas`` (their new markers are made durable together by the next flush pass:
+    a resync can find thousands assigned meanwhile)."""
     me = node.node_id
     for topic, partition, origin in replicas:
         if node.state.topics.get(topic.name) is not topic:
@@ -124,9 +124,8 @@ def _open(node: Node, replicas: list[tuple[Topic, int, int]], at: int) -> None:
         assignment = topic.partitions[partition]
         if assignment.origins.get(me, -1) != origin:
             continue  # moved away meanwhile (or moved back: reconciled by that command)
-        node._open_partition(topic, partition, origin, durable_marker=False)
+        node._open_partition(topic, partition, origin)
         _report_if_target(node, topic, partition, origin, at)
-    node.amnesia.sync_markers()  # (before the event loop runs their first Ready)
 
 
 async def _open_in_chunks(node: Node, replicas: list[tuple[Topic, int, int]], at: int) -> None:

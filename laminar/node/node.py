@@ -126,6 +126,7 @@ class Node:
             on_replica_failed=lambda replica, error: self.repair.replica_failed(replica, error),
             may_campaign=self.amnesia.may_campaign,
             before_cut=self.amnesia.cutting,
+            before_release=self.amnesia.sync_markers,
             flush_threads=config.flush_threads,
             backlog=PeerBacklog(lambda peer: self.peers.unsent_bytes(peer)),
         )
@@ -584,11 +585,10 @@ class Node:
                 return  # deleted (or re-created) meanwhile
             started = clock()
             for partition in partitions[position : position + OPEN_AT_ONCE]:
-                self._open_partition(topic, partition, origin, durable_marker=False)
+                self._open_partition(topic, partition, origin)
                 position += 1
                 if clock() - started > OPEN_SLICE_SECONDS:
                     break
-            self.amnesia.sync_markers()  # (before the loop runs their first Ready)
             await asyncio.sleep(0)
 
     async def _report_move_target_ready(self, command: dict[str, Any], index: int) -> None:
@@ -643,12 +643,11 @@ class Node:
         name = f"{topic.name}-{partition}.{topic.topic_id}.{origin}"
         return self._partitions_dir / name
 
-    def _open_partition(
-        self, topic: Topic, partition: int, origin: int, durable_marker: bool = True
-    ) -> None:
+    def _open_partition(self, topic: Topic, partition: int, origin: int) -> None:
         """Open (or create) this node's replica; ``origin`` is the metadata offset of the
-        command that assigned it (see ``partition_dir``). Without ``durable_marker`` the caller
-        owes ``amnesia.sync_markers()`` before the event loop runs again."""
+        command that assigned it (see ``partition_dir``). A new replica's marker is made
+        durable by the next flush pass, before anything the replica says leaves
+        (``MultiRaft.before_release``)."""
         group = group_id(topic.topic_id, partition)
         if group in self.runtime.replicas:
             return
@@ -659,7 +658,7 @@ class Node:
         # (one look serves the marker and the saved state)
         found = self._found_dirs
         exists = directory.exists() if found is None else directory.name in found
-        lost = self.amnesia.opening(group, directory.name, directory, durable_marker, exists=exists)
+        lost = self.amnesia.opening(group, directory.name, directory, False, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner
