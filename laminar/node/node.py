@@ -658,7 +658,7 @@ class Node:
         # (one look serves the marker and the saved state)
         found = self._found_dirs
         exists = directory.exists() if found is None else directory.name in found
-        lost = self.amnesia.opening(group, directory.name, directory, False, exists=exists)
+        lost = self.amnesia.opening(group, directory.name, directory, durable=False, exists=exists)
         if self.node_id in replicas:
             conf = ConfState(voters=tuple(replicas))
         else:  # the target of a move joins as a learner

@@ -503,12 +503,13 @@ class RaftNode:
                     window = COMMIT_NOTICE_WAIT_ROUNDS
                 else:
                     window = 0
-                level = calm and pr.match == last == commit
                 if skip and seq - pr.sent_round < window and not pr.stuck():
                     continue
-                # (one put to sleep by a quiescing append, and sent nothing since, is kept
-                # asleep: a plain heartbeat overtaken by that append's slow answer woke it)
-                sleep = quiesce or level
+                # A follower level with a group that cannot quiesce yet (another one's answer is
+                # owed) sleeps already. (One put to sleep by a quiescing append, and sent
+                # nothing since, is kept asleep: a plain heartbeat overtaken by that append's
+                # slow answer woke it.)
+                sleep = quiesce or (calm and pr.match == last == commit)
                 self._send_heartbeat(nid, pr, sleep or pr.quiesce_round > 0, ctx, silent=sleep)
         if quiesce:
             self._quiesced = True
