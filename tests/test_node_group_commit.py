@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 from laminar.errors import CorruptLogError
 from laminar.node.raft_codec import GroupMessage
 from laminar.node.replica import Replica
-from laminar.node.runtime import MultiRaft, _sync_together
+from laminar.node.runtime import POOL_FROM_LOGS, MultiRaft, _sync_together, runs_inline
 from laminar.raft import ConfState, Entry, EntryKind, Message, MessageType, RaftConfig
 from laminar.segment.batch import build_batch
 from laminar.segment.fileio import filesystem_syncer
@@ -169,6 +170,59 @@ async def test_a_pass_over_many_logs_makes_them_durable_before_any_ack(
     finally:
         await runtime.stop()
         os.close(directory)
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_a_pass_on_the_loop_or_in_the_thread_acks_only_what_it_made_durable(
+    tmp_path: Path, inline: bool
+) -> None:
+    # An idle node with a fast disk syncs a lone write on the loop itself (no thread hand-over
+    # and back); one with a slow disk (here: any, the limit being 0) in the flush thread.
+    # Either way the acknowledgement leaves only once the entries it names are durable.
+    durable_when_acked: list[tuple[int, int]] = []
+    sync_threads: list[str] = []
+
+    def send(_peer: int, messages: list[GroupMessage]) -> None:
+        for _group, message in messages:
+            if message.type is MessageType.APPEND_RESP:
+                durable_when_acked.append((message.index, replica.log.durable_offset))
+        acked.set()
+
+    acked = asyncio.Event()
+    limit = 60.0 if inline else 0.0
+    runtime = MultiRaft(FOLLOWER, 1.0, send, lambda _r: None, inline_sync_below=limit)
+    replica = follower_replica(tmp_path, GROUP)
+    real_flush = replica.log.flush
+
+    def flush() -> int:  # the real flush, noting the thread it ran on
+        sync_threads.append(threading.current_thread().name)
+        return real_flush()
+
+    replica.log.flush = flush  # type: ignore[method-assign]
+    runtime.start()
+    runtime.add(replica)
+    try:
+        for first in range(0, 9, 3):
+            acked.clear()
+            runtime.step(GROUP, append(first - 1, 1 if first else 0, entries(1, first, 3), -1))
+            await asyncio.wait_for(acked.wait(), 10)
+            await asyncio.sleep(0.01)  # idle between writes
+        assert durable_when_acked == [(2, 3), (5, 6), (8, 9)]
+        main = threading.main_thread().name
+        if inline:
+            assert sync_threads == [main] * 3
+        else:
+            assert sync_threads and main not in sync_threads
+    finally:
+        await runtime.stop()
+
+
+def test_only_a_small_pass_of_an_idle_node_on_a_fast_disk_runs_on_the_loop() -> None:
+    limit = 0.002
+    assert runs_inline(1, 0.0004, 0.003, limit)
+    assert not runs_inline(POOL_FROM_LOGS, 0.0004, 0.003, limit)  # many logs: syncfs or pool
+    assert not runs_inline(1, 0.0025, 0.003, limit)  # a slow disk would stall the loop
+    assert not runs_inline(1, 0.0004, 0.0001, limit)  # back-to-back passes: the loop is busy
 
 
 def test_flush_threads_must_be_positive() -> None:

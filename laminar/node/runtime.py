@@ -7,9 +7,11 @@ outbox, the rest wait for the flush. The group commit: at the end of a drain, un
 already running, one pass of fdatasyncs in the flush thread covers every append of every group
 since the previous pass; the thread hands the result straight back to the loop (one hop), and
 only then are the held-back messages (votes, append acknowledgements) sent and the cores told
-what is durable; that drain starts the next pass if more was written meanwhile. A pass over
-many logs makes them durable with one syncfs(2) of their filesystem: one journal commit
-instead of one per log (bench/partitions_bench.py measures both on the disk at hand). Where
+what is durable; that drain starts the next pass if more was written meanwhile. A node that
+is not busy runs a small pass on the loop itself (``runs_inline``): handing one fdatasync to
+a thread and back cost more CPU and time than the sync. A pass over many logs makes them
+durable with one syncfs(2) of their filesystem: one journal commit instead of one per log
+(bench/partitions_bench.py measures both on the disk at hand). Where
 there is no syncfs, it fdatasyncs them in parallel on a pool of ``flush_threads`` threads: one
 fdatasync releases the GIL and waits mostly on the device, which serves many at once. A held-back
 message of a replica with nothing waiting to become durable (the acknowledgement of a commit
@@ -58,6 +60,14 @@ POOL_FROM_LOGS = 8
 the pool and back costs thread wake-ups (CPU on a busy machine) for little gain. A pass over
 more syncs the whole filesystem once where it can (``MultiRaft.sync_filesystem``)."""
 
+INLINE_SYNC_BELOW = 0.002
+"""A small pass runs on the loop, not in the flush thread, while the disk's syncs take less
+than this (a running average) and the loop has been idle for longer than one since the last
+pass. One record in flight through 3 nodes on 2 cores: the thread's wake-ups and GIL hand-overs
+cost 0.6-0.7 ms of CPU per write (of ~3.5) and 0.3-0.8 ms of latency at every node. A node busy
+with back-to-back passes keeps the thread: the loop works on the next pass while the disk
+syncs (inline passes at full load cost 20-27 % of produce_bench's throughput)."""
+
 DRAIN_AT_ONCE = 1024
 """Groups one drain callback processes; more wait for the next one. With 10,000 groups
 marked at once (a restarted peer catching up, a write to every partition) one callback ran
@@ -92,6 +102,7 @@ class MultiRaft:
         before_release: Callable[[], None] | None = None,
         flush_threads: int = 16,
         backlog: PeerBacklog | None = None,
+        inline_sync_below: float = INLINE_SYNC_BELOW,
     ) -> None:
         if flush_threads < 1:
             raise ValueError(f"flush_threads must be >= 1, not {flush_threads}")
@@ -126,11 +137,16 @@ class MultiRaft:
         self.flush_cycles = 0
         self.ticks = 0
         # metrics (node/metrics.py reads them at scrape time): fsync_seconds is written by the
-        # flush thread only, the other two by the loop only
+        # pass in progress (one at a time, in the flush thread or on the loop), the other two
+        # by the loop only
         self.fsync_seconds = Buckets()
         self.commit_seconds = Buckets()
         self.commit_logs = Buckets(COUNT_BOUNDS)
         self._pass_started = 0.0
+        self._pass_ended = 0.0
+        self._sync_average = 0.0
+        """Running average of a pass's sync time (``runs_inline`` reads it)."""
+        self.inline_sync_below = inline_sync_below
         self._flushing = False
         self._stopping = False
         self._close_after_flush: list[Replica] = []
@@ -557,7 +573,12 @@ class MultiRaft:
             return
         self._flushing = True
         self._in_pass = {job[0] for job in jobs}
-        self._pass_started = time.perf_counter()
+        started = self._pass_started = time.perf_counter()
+        idle = started - self._pass_ended
+        if runs_inline(len(jobs), self._sync_average, idle, self.inline_sync_below):
+            # After the writes this drain queued (call_soon is FIFO): appends leave first.
+            self._loop.call_soon(self._inline_pass, jobs)
+            return
         self._executor.submit(
             _sync_then_call,
             self._loop,
@@ -570,12 +591,24 @@ class MultiRaft:
             self.before_release,
         )
 
-    def _flushed(self, jobs: list[FlushJob], error: BaseException | None) -> None:
-        """Back on the loop thread, straight from the flush thread (one hop): tell the cores
-        what is durable, release held messages, then drain (which starts the next pass)."""
+    def _inline_pass(self, jobs: list[FlushJob]) -> None:
+        error = None
+        started = time.perf_counter()
+        if not self._stopping:  # (else stop() syncs everything in the flush thread)
+            error = _run_pass(jobs, self.fsync_seconds, None, 1, None, self.before_release)
+        self._flushed(jobs, error, time.perf_counter() - started)
+
+    def _flushed(
+        self, jobs: list[FlushJob], error: BaseException | None, sync_seconds: float
+    ) -> None:
+        """On the loop thread once a pass is done (straight from the flush thread, one hop, or
+        right after an inline pass): tell the cores what is durable, release held messages,
+        then drain (which starts the next pass)."""
         try:
             self._flushing = False
             self._in_pass = set()
+            self._pass_ended = time.perf_counter()
+            self._sync_average += (sync_seconds - self._sync_average) / 8
             if error is not None:
                 # The kernel may have dropped dirty pages: acknowledging anything more could
                 # lose it. Crash-stop; a restart recovers from what is really on disk.
@@ -612,6 +645,13 @@ class MultiRaft:
             os._exit(EXIT_STORAGE_FAILURE)
 
 
+def runs_inline(logs: int, sync_average: float, idle: float, limit: float) -> bool:
+    """Whether a pass runs on the loop rather than in the flush thread (INLINE_SYNC_BELOW): it
+    covers few logs, the disk's syncs take less than ``limit`` on average, and the loop has been
+    ``idle`` (no pass since the last ended) for longer than one takes."""
+    return logs < POOL_FROM_LOGS and sync_average < limit and idle > sync_average
+
+
 def _close(replica: Replica) -> None:
     """Close a replica that leaves the runtime; a close that fails stays with that replica,
     except a failed fdatasync (written pages may be gone: the node stops, see flush)."""
@@ -636,7 +676,7 @@ def _stop_if_died(task: asyncio.Task[None]) -> None:
 
 def _sync_then_call(
     loop: asyncio.AbstractEventLoop,
-    done: Callable[[list[FlushJob], BaseException | None], None],
+    done: Callable[[list[FlushJob], BaseException | None, float], None],
     jobs: list[FlushJob],
     fsync_seconds: Buckets | None = None,
     pool: concurrent.futures.ThreadPoolExecutor | None = None,
@@ -645,7 +685,22 @@ def _sync_then_call(
     before_release: Callable[[], None] | None = None,
 ) -> None:
     """Runs in the flush thread: one pass, then hand the result straight to the loop."""
-    error: BaseException | None = None
+    started = time.perf_counter()
+    error = _run_pass(jobs, fsync_seconds, pool, threads, sync_filesystem, before_release)
+    with contextlib.suppress(RuntimeError):  # the loop is closed: stop() syncs once more
+        loop.call_soon_threadsafe(done, jobs, error, time.perf_counter() - started)
+
+
+def _run_pass(
+    jobs: list[FlushJob],
+    fsync_seconds: Buckets | None,
+    pool: concurrent.futures.ThreadPoolExecutor | None,
+    threads: int,
+    sync_filesystem: Callable[[], None] | None,
+    before_release: Callable[[], None] | None,
+) -> BaseException | None:
+    """Make the pass's logs and states durable (in the flush thread, or on the loop for a
+    small pass); returns the failure, if any."""
     try:
         if len(jobs) < POOL_FROM_LOGS:
             _sync(jobs, fsync_seconds)
@@ -658,9 +713,8 @@ def _sync_then_call(
         if before_release is not None:
             before_release()
     except BaseException as exc:
-        error = exc
-    with contextlib.suppress(RuntimeError):  # the loop is closed: stop() syncs once more
-        loop.call_soon_threadsafe(done, jobs, error)
+        return exc
+    return None
 
 
 def _sync(jobs: list[FlushJob], fsync_seconds: Buckets | None = None) -> None:
