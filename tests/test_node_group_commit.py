@@ -217,6 +217,30 @@ async def test_a_pass_on_the_loop_or_in_the_thread_acks_only_what_it_made_durabl
         await runtime.stop()
 
 
+async def test_the_tick_task_sleeps_while_every_group_is_quiet(tmp_path: Path) -> None:
+    # No timer fires for a node whose groups all sleep (an idle node woke 20 times a second
+    # for nothing); a message that wakes a group wakes the ticks with it.
+    runtime = MultiRaft(FOLLOWER, 0.01, lambda _peer, _messages: None, lambda _r: None)
+    replica = follower_replica(tmp_path, GROUP)
+    runtime.start()
+    runtime.add(replica)
+    try:
+        await asyncio.sleep(0.05)
+        assert runtime.ticks > 0  # a new follower ticks toward an election
+        quiesce = Message(MessageType.HEARTBEAT, FOLLOWER, 1, 1, index=1, commit=-1, quiesce=True)
+        runtime.step(GROUP, quiesce)
+        await asyncio.sleep(0.03)
+        assert runtime.awake == 0
+        ticks = runtime.ticks
+        await asyncio.sleep(0.1)  # ten ticks' time
+        assert runtime.ticks == ticks
+        runtime.step(GROUP, append(-1, 1, entries(1, 0, 1), -1))  # new entries wake it
+        await asyncio.sleep(0.05)
+        assert runtime.awake == 1 and runtime.ticks > ticks
+    finally:
+        await runtime.stop()
+
+
 def test_only_a_small_pass_of_an_idle_node_on_a_fast_disk_runs_on_the_loop() -> None:
     limit = 0.002
     assert runs_inline(1, 0.0004, 0.003, limit)

@@ -495,8 +495,9 @@ class Node:
             self.swim.rejoin(peer_address)
 
     async def _liveness_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.tick_ms / 1000)
+        tick = self.config.tick_ms / 1000
+        while True:  # (every tick until joined: the join waits for this check)
+            await asyncio.sleep(max(tick, self.peers.check_every) if self.joined else tick)
             self.peers.check_liveness()
             if not self.joined and self.swim.started and self.metadata_leader:
                 self.joined = True

@@ -117,6 +117,9 @@ class MultiRaft:
         self._backlog = backlog
         """Bounds the entries all groups queue toward a peer (``send_gate``)."""
         self._active: set[Replica] = set()
+        self._any_active = asyncio.Event()
+        """Set once a group is awake: the tick task waits for it while every group sleeps
+        (an idle node's 20 wake-ups a second for nothing)."""
         self._pending: set[Replica] = set()
         self._dirty: set[Replica] = set()
         self._down_nodes: set[int] = set()
@@ -217,7 +220,7 @@ class MultiRaft:
             replica.raft.cfg.send_gate = self._backlog.gate(replica)
         for node_id in self._down_nodes:
             self._report_down(replica, node_id)
-        self._active.add(replica)
+        self._activate(replica)
         self.wake(replica)
 
     def remove(self, group: int) -> Replica | None:
@@ -247,7 +250,7 @@ class MultiRaft:
             return
         if not replica.raft.quiesced:  # (a quiet leader taking answers stays out of the
             # ticks: ticked before its drain, it sent another quiescing round for nothing)
-            self._active.add(replica)
+            self._activate(replica)
         self.wake(replica)
 
     def node_down(self, node_id: int) -> None:
@@ -260,7 +263,7 @@ class MultiRaft:
         self._down_nodes.add(node_id)
         for replica in self.replicas.values():
             if self._report_down(replica, node_id):
-                self._active.add(replica)
+                self._activate(replica)
                 self.wake(replica)
 
     def _report_down(self, replica: Replica, node_id: int) -> bool:
@@ -334,7 +337,7 @@ class MultiRaft:
     def _wake_all(self, replicas: list[Replica]) -> None:
         for replica in replicas:
             if not replica.closed:
-                self._active.add(replica)
+                self._activate(replica)
                 self.wake(replica)
 
     async def _wake_gradually(self, replicas: list[Replica]) -> None:
@@ -350,6 +353,11 @@ class MultiRaft:
                 await asyncio.sleep(self.tick_seconds)
             self._wake_all(replicas[start : start + WAKE_AT_ONCE])
             await asyncio.sleep(0)
+
+    def _activate(self, replica: Replica) -> None:
+        """Have the tick task visit ``replica`` (waking the task if every group slept)."""
+        self._active.add(replica)
+        self._any_active.set()
 
     def streaming_to(self, node_id: int) -> bool:
         """Whether entries for ``node_id`` wait behind this node's send gate (send_gate.py)."""
@@ -479,7 +487,7 @@ class MultiRaft:
         if raft.quiesced and not replica.after_persist:
             self._active.discard(replica)
         else:  # woken by a local call (a leader transfer): it needs ticks to time that out
-            self._active.add(replica)
+            self._activate(replica)
         is_leader = replica.is_leader
         if is_leader != replica.was_leader:
             replica.was_leader = is_leader
@@ -520,12 +528,16 @@ class MultiRaft:
     # tasks ---------------------------------------------------------------------------------
     async def _tick_loop(self) -> None:
         may_campaign = self._may_campaign
+        backlog = self._backlog
         while True:
+            if not self._active and (backlog is None or not backlog.holding):
+                self._any_active.clear()
+                await self._any_active.wait()
             await asyncio.sleep(self.tick_seconds)
             self.ticks = ticks = self.ticks + 1
             now = time.monotonic()
-            if self._backlog is not None:
-                self._resume_held(self._backlog)
+            if backlog is not None:
+                self._resume_held(backlog)
             for replica in list(self._active):
                 if replica.closed:
                     self._active.discard(replica)

@@ -61,6 +61,11 @@ class PeerBacklog:
         """The drain's outbox went to the connections (which now count it as unsent)."""
         self._queued.clear()
 
+    @property
+    def holding(self) -> bool:
+        """Whether any group's entries wait for a peer to take more."""
+        return bool(self._held)
+
     def resumable(self) -> list[tuple[int, list[Replica]]]:
         """The peers that took all but ``RESUME_BYTES`` and the groups held for them (no
         longer held: a group the gate stops again is held again)."""

@@ -74,6 +74,8 @@ class QueueService:
         self._replication = replication
         self.checkpoint_min_records = checkpoint_min_records
         self._drivers: dict[int, PartitionQueues] = {}
+        self._any_driver = asyncio.Event()
+        """Set once a partition's queues are loaded: without any the tick task waits."""
         self._task: asyncio.Task[None] | None = None
         self._copies: set[asyncio.Task[None]] = set()
         self._producer: Any = None
@@ -136,6 +138,7 @@ class QueueService:
                 self.checkpoint_min_records,
             )
             self._drivers[replica.group] = driver
+            self._any_driver.set()
         return driver
 
     def leader_changed(self, replica: Replica) -> None:
@@ -146,6 +149,9 @@ class QueueService:
 
     async def _tick_loop(self) -> None:
         while True:
+            if not self._drivers:  # (a node without share groups: no wake-ups for nothing)
+                self._any_driver.clear()
+                await self._any_driver.wait()
             await asyncio.sleep(TICK_SECONDS)
             for key, driver in list(self._drivers.items()):
                 try:

@@ -34,6 +34,8 @@ from laminar.splits.seal import seal_batch
 log = structlog.get_logger(__name__)
 
 DRIVE_INTERVAL = 0.1
+FOLLOWER_INTERVAL = 0.5
+"""Seconds between looks of a node that does not drive splits (not the metadata leader)."""
 SAMPLE_INTERVAL = 1.0
 """Seconds between load samples of automatic topics (``auto.py``)."""
 SEAL_TIMEOUT = 5.0
@@ -110,7 +112,8 @@ class SplitService:
         loop = asyncio.get_running_loop()
         next_sample = next_retire = 0.0
         while True:
-            await asyncio.sleep(DRIVE_INTERVAL)
+            # (a node that is not the metadata leader only looks whether it became it)
+            await asyncio.sleep(DRIVE_INTERVAL if driver is not None else FOLLOWER_INTERVAL)
             if not self.is_metadata_leader():
                 driver = None  # a new leadership starts from what the metadata says
                 self._auto = AutoScaler()
