@@ -604,6 +604,7 @@ class MultiRaft:
         )
 
     def _inline_pass(self, jobs: list[FlushJob]) -> None:
+        """A small pass on the loop itself (``runs_inline``), then its bookkeeping at once."""
         error = None
         started = time.perf_counter()
         if not self._stopping:  # (else stop() syncs everything in the flush thread)
