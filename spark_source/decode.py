@@ -10,12 +10,13 @@ timestamps and values come from a few vectorised operations whatever its length.
 A batch that does not split into long runs (keys and values of many sizes, headers) is
 "scattered": it waits with the following scattered batches of the fetch, whose records are then
 found by their length varints alone, one record of every batch per numpy step (or a Python loop
-per batch, for a few large ones). numpy then reads
+per batch, for a batch much longer than the others). numpy then reads
 every field of all their records at once (a varint column at a time), checks that each record's
-fields fill exactly its length, and one Arrow ``take`` copies the keys, values and headers
-into the columns. Anything that does not add up sends those batches to the log's own record parser,
-``laminar.segment.batch.decode_into`` (which the client library uses too), so a defective batch
-is named by the same error as before; a handful of records goes there directly.
+fields fill exactly its length, and one Arrow ``take`` per field copies the keys, values and
+headers into the columns. Anything that does not add up sends those batches to the log's
+own record parser, ``laminar.segment.batch.decode_into`` (which the client library uses too),
+so a defective batch is named by the same error as before; a handful of records goes there
+directly.
 
 The batch layout is in docs/FORMAT.md: a 68-byte header, then Kafka-v2-style records. A
 compressed batch is first inflated into an uncompressed copy (``batch.decompressed``), which
@@ -24,6 +25,7 @@ then takes the same paths.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from array import array
 from collections.abc import Iterator
@@ -467,11 +469,10 @@ class _Scattered:
             columns.add_parsed(bytes(self.view[position : position + h.batch_length]), h)
 
 
-LOCKSTEP_WIDTH = 32
-"""Batches walked together step by step need, on average, this many records per step: a
-step costs a few numpy calls (some 15 us here), the Python walk about 0.55 us per record.
-Measured on 100,000 mixed records in 8 MiB of batches, per record: batches of 4 KiB 0.10
-against 0.44 us, of 16 KiB 0.16 against 0.59, of 200 KB (41 per fetch) 0.39 against 0.54."""
+LOCKSTEP_STEP = 10
+"""A step of the walk together (a few numpy calls over one record of every batch walked) costs
+about what this many records of the Python walk do: some 3-6 against 0.35-0.55 us here, the
+machine busy or not."""
 
 
 def _walk_batches(
@@ -485,13 +486,17 @@ def _walk_batches(
     firsts = [position + HEADER_SIZE for position, _ in batches]
     ends = [position + h.batch_length for position, h in batches]
     walked: list[np.ndarray | None] = [None] * len(batches)
-    if sum(counts) >= LOCKSTEP_WIDTH * max(counts):
-        together, reached = _walk_together(view, firsts, counts)
+    steps = _lockstep_steps(counts)
+    together = [i for i, count in enumerate(counts) if count <= steps]
+    if together:
+        starts, reached = _walk_together(
+            view, [firsts[i] for i in together], [counts[i] for i in together]
+        )
         first = 0
-        for i, count in enumerate(counts):
-            if reached[i] == ends[i]:
-                walked[i] = together[first : first + count]
-            first += count
+        for i, end in zip(together, reached.tolist(), strict=True):
+            if end == ends[i]:
+                walked[i] = starts[first : first + counts[i]]
+            first += counts[i]
     for i, (first, count, end) in enumerate(zip(firsts, counts, ends, strict=True)):
         if walked[i] is not None:
             continue
@@ -506,31 +511,43 @@ def _walk_batches(
     return walked
 
 
+def _lockstep_steps(counts: list[int]) -> int:
+    """How many steps to walk together: the batches of at most that many records are walked
+    together, the others alone, the cheapest way by LOCKSTEP_STEP (0: all alone)."""
+    ordered = sorted(counts, reverse=True)
+    best, cheapest = 0, sum(ordered)
+    alone = 0  # records of the batches longer than the one looked at
+    for i, count in enumerate(ordered):
+        if (i == 0 or count < ordered[i - 1]) and LOCKSTEP_STEP * count + alone < cheapest:
+            best, cheapest = count, LOCKSTEP_STEP * count + alone
+        alone += count
+    return best
+
+
 def _walk_together(
     view: memoryview, firsts: list[int], counts: list[int]
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``_walk`` of many batches at once, one record of every batch per step (batches sorted
-    by record count, so the batches still walking are a prefix): every record's start, in
-    batch order, and where each batch's walk ended (not at its end for a batch holding a
-    length varint of 3 bytes or more, or lengths gone wild)."""
+    """``_walk`` of many batches at once, one record of every batch per step, each for as many
+    steps as the longest needs (a batch's walk past its end reads what follows, harmlessly):
+    every record's start, in batch order, and where each batch's walk ended (not at its end
+    for a batch holding a length varint of 3 bytes or more, or lengths gone wild)."""
     count = np.array(counts, np.int64)
-    order = np.argsort(-count, kind="stable")
-    left = count[order]
-    position = np.array(firsts, np.int64)[order]
-    slot = (np.cumsum(count) - count)[order]  # where each batch's first start goes
-    walking = np.searchsorted(-left, -np.arange(int(left[0])), side="left").tolist()
-    starts = np.empty(int(count.sum()), np.int64)
+    # trail[k]: where the k-th record of every batch starts
+    trail = np.empty((int(count.max()) + 1, len(counts)), np.int64)
+    trail[0] = firsts
     # the two bytes at every position as a little-endian word (a view, one byte apart)
     words = np.ndarray((len(view) - 1,), "<u2", view, 0, (1,))
     last = len(words) - 1
+    read = np.empty(len(counts), np.int64)
+    step = np.empty(len(counts), np.int64)
     steps = _STEP_ARRAY
-    for step, width in enumerate(walking):
-        here = position[:width]
-        starts[slot[:width] + step] = here
-        here += steps[words[np.minimum(here, last)]]  # (a wild walk reads the last word)
-    reached = np.empty_like(position)
-    reached[order] = position
-    return starts, reached
+    for here, following in itertools.pairwise(trail):
+        np.minimum(here, last, out=read)  # (a wild walk reads the last word)
+        steps.take(words[read], out=step, mode="clip")
+        np.add(here, step, out=following)
+    walks = trail.T
+    starts = walks[np.arange(len(trail)) < count[:, None]]
+    return starts, walks[np.arange(len(counts)), count]
 
 
 def _step_table() -> list[int]:
@@ -545,10 +562,11 @@ def _step_table() -> list[int]:
 
 
 _STEPS = _step_table()
-_STEP_ARRAY = np.where(np.array(_STEPS) < MIN_RECORD_SIZE, 1 << 40, _STEPS).astype(np.int64)
+_STEP_ARRAY = np.where(np.array(_STEPS) < MIN_RECORD_SIZE, 1 << 32, _STEPS).astype(np.int64)
 """``_STEPS`` for numpy, where a longer varint or a length too short for a record (negative
-ones included) steps far ahead: such a walk never ends at its batch's end, and every walk
-only moves forward (so no position needs clamping below)."""
+ones included) steps past any fetch: such a walk never ends at its batch's end, every walk
+only moves forward (so no position needs clamping below), and a walk of as many steps as a
+verified batch can hold records (``verify_batch``) stays far inside int64."""
 
 
 def _walk(buf: memoryview, p: int, count: int, starts: array[int]) -> int:
@@ -700,36 +718,13 @@ def _decode_group(
     header_count, p = _varints(data, p, stop)
     if not ((header_count >= 0) & (header_count <= (stop - p) // 2)).all():
         raise _Amiss  # a header takes 2 bytes at least
-    most = int(header_count.max())
-    if most > MAX_SCATTERED_HEADERS:
+    if int(header_count.max()) > MAX_SCATTERED_HEADERS:
         raise _Amiss
-    total = int(header_count.sum())
-    name_at = np.empty(total, np.int64)
-    name_length = np.empty(total, np.int64)
-    header_at = np.empty(total, np.int64)
-    header_length = np.empty(total, np.int64)
-    first_header = np.cumsum(header_count) - header_count
-    rows = np.flatnonzero(header_count)
-    for index in range(most):  # the index-th header of every record that has that many
-        if index:
-            rows = rows[header_count[rows] > index]
-        slot = first_header[rows] + index
-        name_at[slot], name_length[slot], q = _field(data, p[rows], stop[rows], False)
-        header_at[slot], header_length[slot], p[rows] = _field(data, q, stop[rows], True)
-    if not (p == stop).all():
-        raise _Amiss
-    # The fields in buffer order are each record's key, value, then its headers' names and
-    # values: the rank of each, where the record's fields begin plus its place among them.
-    record_rank = 2 * (np.arange(len(at)) + first_header)
-    header_rank = 2 * (np.repeat(np.arange(len(at)), header_count) + np.arange(total)) + 2
-    fields = [
-        (record_rank, key_at, key_length),
-        (record_rank + 1, value_at, value_length),
-        (header_rank, name_at, name_length),
-    ]
+    name_at, name_length, header_at, header_length = _header_fields(data, p, stop, header_count)
+    fields = [(key_at, key_length), (value_at, value_length), (name_at, name_length)]
     if kind is not None:
-        fields.append((header_rank + 1, header_at, header_length))
-    keys, values, names, *header_values = _gather(data, fields, 2 * (len(at) + total))
+        fields.append((header_at, header_length))
+    keys, values, names, *header_values = _gather(data, fields)
     try:
         names = names.cast(pa.string())  # checks UTF-8, as the parser's decode() does
     except pa.ArrowInvalid:
@@ -743,40 +738,73 @@ def _decode_group(
     return _Decoded(offsets, millis, keys, values, headers)
 
 
-def _gather(
-    data: np.ndarray, fields: list[tuple[np.ndarray, np.ndarray, np.ndarray]], ranks: int
-) -> list[pa.Array]:
-    """Binary columns of byte ranges of ``data``, each field given as (rank, start, length;
-    -1 null), where rank numbers all ``ranks`` ranges in buffer order (they never overlap).
+def _header_fields(
+    data: np.ndarray, at: np.ndarray, stop: np.ndarray, header_count: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every header's name and value (start, length; -1 null), in buffer order, of records
+    whose headers begin at ``at`` and must end at ``stop``.
 
-    The ranges and the gaps between them cut ``data`` into the elements of one binary array
-    (a view: element 2k+1 is the range of rank k), from which one ``take`` copies every
-    field's ranges into one new buffer that the columns share."""
+    Headers are read one index at a time over all records that have that many; with the
+    records taken most headers first (a stable sort), those are a prefix, so each step
+    slices where it would gather."""
+    most = int(header_count.max())
+    total = int(header_count.sum())
+    name_at, name_length, value_at, value_length = (np.empty(total, np.int64) for _ in range(4))
+    order = np.argsort((most - header_count).astype(np.uint8), kind="stable")
+    having = np.bincount(header_count, minlength=most + 1)[::-1].cumsum()[::-1].tolist()
+    first = (np.cumsum(header_count) - header_count)[order]
+    p = at[order]
+    end = stop[order]
+    for index in range(most):  # the index-th header of every record that has that many
+        rows = having[index + 1]
+        slot = first[:rows] + index
+        name_at[slot], name_length[slot], q = _field(data, p[:rows], end[:rows], False)
+        value_at[slot], value_length[slot], p[:rows] = _field(data, q, end[:rows], True)
+    if not (p == end).all():
+        raise _Amiss
+    return name_at, name_length, value_at, value_length
+
+
+def _gather(data: np.ndarray, fields: list[tuple[np.ndarray, np.ndarray]]) -> list[pa.Array]:
+    """Binary columns of byte ranges of ``data``, each field given as (start, length; -1
+    null) of ranges in buffer order that never overlap."""
     if len(data) >= 2**31:
         raise _Amiss  # beyond int32 offsets
-    bounds = np.empty(2 * ranks + 2, np.int32)
+    return [_cut(data, at, length) for at, length in fields]
+
+
+def _cut(data: np.ndarray, at: np.ndarray, length: np.ndarray) -> pa.Array:
+    """One field's ranges, copied out of ``data`` into a buffer of their own.
+
+    The ranges and the gaps between them cut ``data`` into the elements of one binary array
+    (a view: element 2k+1 is range k), from which one ``take`` copies the ranges (its bounds
+    are two strided writes, where one view of all fields needed every range's rank)."""
+    rows = len(at)
+    bounds = np.empty(2 * rows + 2, np.int32)
     bounds[0], bounds[-1] = 0, len(data)
-    for rank, at, length in fields:
-        bounds[2 * rank + 1] = at
-        bounds[2 * rank + 2] = at + np.maximum(length, 0)
+    bounds[1:-1:2] = at
+    np.add(at, np.maximum(length, 0), out=bounds[2:-1:2], casting="unsafe")
     pieces = pa.Array.from_buffers(
-        pa.binary(), 2 * ranks + 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
+        pa.binary(), 2 * rows + 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)]
     )
-    taken = pieces.take(pa.array(np.concatenate([2 * rank + 1 for rank, _, _ in fields])))
-    _, offsets, copied = taken.buffers()
+    _, offsets, copied = pieces.take(_odd(rows)).buffers()
     source = pieces.buffers()[2].address
     if copied is not None and source <= copied.address < source + len(data):
         copied = pa.py_buffer(np.frombuffer(copied, np.uint8).copy())  # never the fetch buffer
-    columns = []
-    first = 0
-    for _, _, length in fields:
-        rows = len(length)
-        nulls = length < 0
-        valid = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
-        ends = offsets.slice(4 * first, 4 * (rows + 1))
-        columns.append(pa.Array.from_buffers(pa.binary(), rows, [valid, ends, copied]))
-        first += rows
-    return columns
+    nulls = length < 0
+    valid = pa.py_buffer(np.packbits(~nulls, bitorder="little")) if nulls.any() else None
+    return pa.Array.from_buffers(pa.binary(), rows, [valid, offsets, copied])
+
+
+_odds = pa.array(np.arange(1, 1 << 17, 2, dtype=np.int32))
+
+
+def _odd(count: int) -> pa.Array:
+    """1, 3, ..., 2 count - 1: a slice of one cached array, grown when needed."""
+    global _odds
+    if count > len(_odds):
+        _odds = pa.array(np.arange(1, 4 * count + 1, 2, dtype=np.int32))
+    return _odds.slice(0, count)
 
 
 class _Headers:

@@ -314,6 +314,47 @@ def test_many_scattered_batches_are_walked_together_and_match_the_reference(
     assert spy.decoded[1:] == [True]  # the 20 batches before it, vectorised, then the error
 
 
+@pytest.mark.parametrize(
+    ("counts", "steps"),
+    [
+        ([700] * 31, 700),  # a producer's fetch: all together
+        ([1, *[660] * 30], 660),
+        ([5_000, *[40] * 30], 40),  # the long batch alone, the others together
+        ([1_000], 0),  # one batch: alone
+        ([300, 30, 30], 0),
+    ],
+)
+def test_batches_are_walked_together_for_as_many_steps_as_is_cheapest(
+    counts: list[int], steps: int
+) -> None:
+    assert decode_module._lockstep_steps(counts) == steps
+
+
+def test_a_long_batch_among_short_ones_is_walked_alone_and_all_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spy = Spy(monkeypatch)
+    together: list[list[int]] = []
+    real_walk = decode_module._walk_together
+
+    def walk_spy(data: object, firsts: list[int], counts: list[int]) -> object:
+        together.append(counts)
+        return real_walk(data, firsts, counts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decode_module, "_walk_together", walk_spy)
+    rng = random.Random(23)
+    sizes = [25] * 12 + [1_500] + [rng.randrange(5, 30) for _ in range(12)]
+    batches = []
+    offset = 0
+    for size in sizes:
+        records = [(k, v and v[:700], h, t) for k, v, h, t in mixed_records(rng, size)]
+        batches.append(stamped(records, offset))
+        offset += size
+    buf = b"".join(batches)
+    assert decoded_rows(buf, 0, offset) == reference_rows(buf, 0, offset)
+    assert together == [[size for size in sizes if size < 1_500]] and spy.decoded == [True]
+
+
 @pytest.mark.parametrize("name", [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"ab\xf4\x90\x80\x80"])
 def test_a_header_key_that_is_not_utf8_gets_the_parsers_error(
     name: bytes, monkeypatch: pytest.MonkeyPatch
