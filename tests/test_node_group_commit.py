@@ -206,7 +206,7 @@ async def test_a_pass_on_the_loop_or_in_the_thread_acks_only_what_it_made_durabl
             acked.clear()
             runtime.step(GROUP, append(first - 1, 1 if first else 0, entries(1, first, 3), -1))
             await asyncio.wait_for(acked.wait(), 10)
-            await asyncio.sleep(0.01)  # idle between writes
+            await asyncio.sleep(0.1)  # idle between writes (longer than a slow disk's sync)
         assert durable_when_acked == [(2, 3), (5, 6), (8, 9)]
         main = threading.main_thread().name
         if inline:
